@@ -1,0 +1,10 @@
+"""distsdfg: automatic SPMD distribution of DaCe programs over MPI."""
+from .errors import *  # noqa: F401,F403
+from .schedule import Schedule
+from .kernels import MapInfo
+from .plan import CommStep
+from .api import maps, lower, compile, comm_report
+
+__all__ = ["Schedule", "MapInfo", "CommStep", "maps", "lower", "compile", "comm_report",
+           "DistributedLoweringError"]
+__version__ = "0.1.0"

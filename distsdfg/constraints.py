@@ -1,0 +1,257 @@
+"""Communication constraints: the symbolic block of every array each rank reads and writes."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import dace
+import sympy
+from dace import subsets, symbolic
+
+from . import dace_compat as dc
+from .errors import ScheduleError, UnsupportedProgramError
+from .kernels import AnalysedMap, Kernel
+from .tiling import rank_symbol, tile_subset
+
+__all__ = ["Box", "ArrayConstraint", "KernelPlan", "kernel_constraints", "box_str"]
+
+#: Per array dimension ``(start, end)``, both inclusive, symbolic in rank symbols and sizes.
+Box = Tuple[Tuple[sympy.Expr, sympy.Expr], ...]
+
+
+def box_str(array: str, box: Box) -> str:
+    def one(s, e):
+        stop = sympy.simplify(e + 1)
+        return f"{s}:{stop}"
+    return f"{array}[{', '.join(one(s, e) for s, e in box)}]"
+
+
+def _as_box(subset) -> Box:
+    if isinstance(subset, subsets.Indices):
+        subset = subsets.Range.from_indices(subset)
+    return tuple((sympy.sympify(b), sympy.sympify(e)) for b, e, _ in subset.ranges)
+
+
+def _same(a, b) -> bool:
+    return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def _same_box(a: Box, b: Box) -> bool:
+    return len(a) == len(b) and all(_same(x0, y0) and _same(x1, y1) for (x0, x1), (y0, y1) in zip(a, b))
+
+
+@dataclasses.dataclass
+class ArrayConstraint:
+    """What one kernel needs of one array, per rank (symbols ``r`` of the kernel's grid)."""
+    array: str
+    reads: List[Box]                      # one box per reading map; a rank needs their union
+    write: Optional[Box]                  # the block it writes (clamped to its iterations)
+    alloc_start: Tuple[sympy.Expr, ...]   # global index of the local buffer's first element
+    alloc_shape: Tuple[sympy.Expr, ...]   # local buffer shape (the same on every rank)
+    write_exact: bool = True              # every element of ``write`` is written
+    op: Optional[str] = None              # reduction operator of a conflicting write
+    init_covered: bool = True             # a plain write initialises the block before accumulation
+
+    @property
+    def is_read(self) -> bool:
+        return bool(self.reads)
+
+    @property
+    def partial(self) -> bool:
+        return self.op is not None
+
+
+@dataclasses.dataclass
+class KernelPlan:
+    """A kernel with its resolved grid and per-array constraints."""
+    kernel: Kernel
+    grid: Tuple[int, ...]
+    rank_syms: Tuple
+    map_grids: Dict[str, Tuple[int, ...]]
+    map_axes: Dict[str, Tuple[Optional[int], ...]]  # per map: param index -> driver grid axis
+    arrays: Dict[str, ArrayConstraint]
+    even_axes: Tuple[Tuple[int, sympy.Expr], ...] = ()   # (axis, extent) that must divide evenly
+
+    @property
+    def nranks(self) -> int:
+        n = 1
+        for g in self.grid:
+            n *= g
+        return n
+
+    def tiled_range(self, amap: AnalysedMap, *, clamp=True) -> subsets.Range:
+        axes = self.map_axes[amap.info.key]
+        grid = [self.grid[a] if a is not None else 1 for a in axes]
+        syms = [self.rank_syms[a] if a is not None else None for a in axes]
+        return tile_subset(amap.info.ranges, grid, syms, clamp=clamp)
+
+
+def _dim_params(memlet: dace.Memlet, params: Sequence[str]) -> List[Optional[str]]:
+    """For each dimension of ``memlet``, the single map parameter indexing it as ``p + c``, else None."""
+    pset = {symbolic.pystr_to_symbolic(p) for p in params}
+    out = []
+    for b, e, _ in memlet.subset.ndrange():
+        b = sympy.sympify(b)
+        fs = b.free_symbols & pset
+        if _same(b, e) and len(fs) == 1:
+            p = next(iter(fs))
+            out.append(str(p) if not (sympy.expand(b - p).free_symbols & pset) else None)
+        else:
+            out.append(None)
+    return out
+
+
+def _exact(memlet: dace.Memlet, params: Sequence[str]) -> bool:
+    """Whether propagating ``memlet`` over a box of ``params`` gives exactly the elements written."""
+    if memlet.dynamic:
+        return False
+    pset = {symbolic.pystr_to_symbolic(p) for p in params}
+    used = set()
+    for b, e, s in memlet.subset.ndrange():
+        b, e = sympy.sympify(b), sympy.sympify(e)
+        fs = (b.free_symbols | e.free_symbols) & pset
+        if not fs:
+            if s != 1:
+                return False
+            continue
+        if not _same(b, e) or len(fs) != 1:
+            return False
+        p = next(iter(fs))
+        coeff = sympy.expand(b).coeff(p)
+        if coeff not in (1, -1) or (sympy.expand(b - coeff * p).free_symbols & pset) or p in used:
+            return False
+        used.add(p)
+    return True
+
+
+def _resolve_grids(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]):
+    """Driver grid, and for every map of the kernel its param -> driver-axis map (thesis 4.6)."""
+    scheduled = [m for m in kernel.maps if m.info.key in schedule]
+    if not scheduled:
+        driver = max(kernel.maps, key=lambda m: len(m.info.params))
+        grid = (1,) * len(driver.info.params)
+    else:
+        driver = max(scheduled, key=lambda m: len(m.info.params))
+        grid = tuple(schedule[driver.info.key])
+    axes = {driver.info.key: tuple(range(len(driver.info.params)))}
+    for m in kernel.maps:
+        if m is driver:
+            continue
+        assign: Dict[str, int] = {}
+        for arr, acc in m.accesses.items():
+            dacc = driver.accesses.get(arr)
+            if dacc is None:
+                continue
+            mm = (acc.writes or acc.reads)[0]
+            dm = (dacc.writes or dacc.reads)[0]
+            for pm, pd in zip(_dim_params(mm, m.info.params), _dim_params(dm, driver.info.params)):
+                if pm is None or pd is None:
+                    continue
+                a = driver.info.params.index(pd)
+                if assign.get(pm, a) != a:
+                    raise ScheduleError(f"map `{m.info.key}` parameter `{pm}` indexes data that map "
+                                        f"`{driver.info.key}` indexes by two different parameters")
+                assign[pm] = a
+        axes[m.info.key] = tuple(assign.get(p) for p in m.info.params)
+        implied = tuple(grid[a] if a is not None else 1 for a in axes[m.info.key])
+        given = schedule.get(m.info.key)
+        if given is not None and tuple(given) != implied:
+            raise ScheduleError(
+                f"inconsistent schedule inside `{kernel.label}`: map `{m.info.key}` has grid {tuple(given)} but "
+                f"map `{driver.info.key}` with grid {grid} needs it to be {implied} (both touch the same "
+                f"arrays, which must be split the same way); give `{m.info.key}` the grid {implied} or leave it out")
+    map_grids = {k: tuple(grid[a] if a is not None else 1 for a in ax) for k, ax in axes.items()}
+    return driver, grid, axes, map_grids
+
+
+def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> KernelPlan:
+    """Rank-tile ``kernel`` symbolically and extract its per-array constraints (thesis 4.2, 4.3)."""
+    driver, grid, axes, map_grids = _resolve_grids(kernel, schedule)
+    rank_syms = tuple(rank_symbol(kernel.index, a) if g > 1 else sympy.Integer(0) for a, g in enumerate(grid))
+    plan = KernelPlan(kernel, grid, rank_syms, map_grids, axes, {})
+
+    per_array: Dict[str, dict] = {}
+    for m in kernel.maps:
+        clamped = plan.tiled_range(m, clamp=True)
+        unclamped = plan.tiled_range(m, clamp=False)
+        for arr, acc in m.accesses.items():
+            desc = m.arrays[arr]
+            rec = per_array.setdefault(arr, {"reads": [], "writes": [], "alloc": [], "ndim": len(desc.shape),
+                                             "shape": tuple(desc.shape), "ops": set(), "exact": [],
+                                             "plain_exact": [], "dtype": desc.dtype})
+            for direction, memlets in (("reads", acc.reads), ("writes", acc.writes)):
+                if not memlets:
+                    continue
+                cm = dc.propagate(memlets, desc, m.info.params, clamped)
+                um = dc.propagate(memlets, desc, m.info.params, unclamped)
+                rec[direction].append(_as_box(cm.subset))
+                rec["alloc"].append(_as_box(um.subset))
+                if direction == "writes":
+                    box = _as_box(cm.subset)
+                    for w in memlets:
+                        if w.wcr is not None:
+                            op = dc.reduction_op(w.wcr)
+                            if op is None:
+                                raise UnsupportedProgramError(
+                                    f"map `{m.info.key}` writes `{arr}` with the conflict resolution {w.wcr!r}, "
+                                    f"which has no MPI reduction; use +, *, max or min, or schedule the map "
+                                    f"with a grid of ones")
+                            rec["ops"].add(op)
+                        else:
+                            single = _as_box(dc.propagate([w], desc, m.info.params, clamped).subset)
+                            if _exact(w, m.info.params) and _same_box(single, box):
+                                rec["plain_exact"].append(box)
+                    rec["exact"].append(any(_exact(w, m.info.params) and w.wcr is None for w in memlets)
+                                        or all(w.wcr is not None for w in memlets))
+
+    for arr, rec in per_array.items():
+        writes = rec["writes"]
+        write = writes[0] if writes else None
+        for other in writes[1:]:
+            if not _same_box(write, other):
+                raise ScheduleError(
+                    f"inconsistent schedule inside `{kernel.label}`: its maps write different blocks of "
+                    f"`{arr}` ({box_str(arr, write)} vs {box_str(arr, other)}); schedule its maps so that they "
+                    f"split `{arr}` the same way")
+        if len(rec["ops"]) > 1:
+            raise UnsupportedProgramError(f"`{kernel.label}` combines writes to `{arr}` with several operators "
+                                          f"{sorted(rec['ops'])}; schedule it with a grid of ones")
+        op = next(iter(rec["ops"])) if rec["ops"] else None
+        init_covered = op is None or any(_same_box(b, write) for b in rec["plain_exact"])
+        if op is not None and not init_covered and rec["plain_exact"]:
+            raise UnsupportedProgramError(f"`{kernel.label}` both overwrites part of `{arr}` and accumulates into it")
+        exact = op is not None or bool(rec["plain_exact"])
+        alloc_start, alloc_shape = _alloc(rec["alloc"], rec["shape"])
+        plan.arrays[arr] = ArrayConstraint(arr, rec["reads"], write, alloc_start, alloc_shape, exact, op, init_covered)
+
+    # Library nodes run on whole local blocks: a split reduction axis must divide evenly.
+    if kernel.kind == "library":
+        even = []
+        dparams = driver.info.params
+        written_axes = set()
+        for arr, acc in driver.accesses.items():
+            for w in acc.writes:
+                for p in _dim_params(w, dparams):
+                    if p is not None:
+                        written_axes.add(dparams.index(p))
+        for a, g in enumerate(grid):
+            if g > 1 and a not in written_axes:
+                lo, hi, st = driver.info.ranges.ranges[a]
+                from .tiling import iterations
+                even.append((a, iterations((lo, hi, st))))
+        plan.even_axes = tuple(even)
+    return plan
+
+
+def _alloc(boxes: List[Box], shape) -> Tuple[Tuple, Tuple]:
+    """Bounding box of the unclamped per-map boxes; its size must not depend on the rank."""
+    ndim = len(shape)
+    starts = [sympy.Min(*[b[d][0] for b in boxes]) if len(boxes) > 1 else boxes[0][d][0] for d in range(ndim)]
+    ends = [sympy.Max(*[b[d][1] for b in boxes]) if len(boxes) > 1 else boxes[0][d][1] for d in range(ndim)]
+    sizes = [sympy.simplify(e - s + 1) for s, e in zip(starts, ends)]
+    rank_free = all(not any(str(x).startswith("__dsdfg_k") for x in sympy.sympify(sz).free_symbols) for sz in sizes)
+    if not rank_free:
+        return tuple(sympy.Integer(0) for _ in shape), tuple(sympy.sympify(s) for s in shape)
+    sizes = [sympy.Min(sz, sympy.sympify(full)) if sympy.sympify(sz - full).is_positive else sz
+             for sz, full in zip(sizes, shape)]
+    return tuple(starts), tuple(sizes)

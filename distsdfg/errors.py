@@ -1,0 +1,39 @@
+"""The DistributedLoweringError family: every refusal names what to change."""
+
+__all__ = [
+    "DistributedLoweringError",
+    "ScheduleError",
+    "UnknownMapError",
+    "GridShapeError",
+    "UnsupportedProgramError",
+    "CommunicatorSizeError",
+    "InputError",
+]
+
+
+class DistributedLoweringError(ValueError):
+    """Base class: lowering, compiling or calling a distributed program was refused."""
+
+
+class ScheduleError(DistributedLoweringError):
+    """The schedule does not fit the SDFG (keys, grid lengths, grid sizes, consistency)."""
+
+
+class UnknownMapError(ScheduleError):
+    """A schedule names a map key that the SDFG does not have."""
+
+
+class GridShapeError(ScheduleError):
+    """A grid has the wrong number of dimensions or a non-positive dimension."""
+
+
+class UnsupportedProgramError(DistributedLoweringError):
+    """The program contains something no solver can lower correctly."""
+
+
+class CommunicatorSizeError(DistributedLoweringError):
+    """The program is run on a communicator whose size does not fit the schedule."""
+
+
+class InputError(DistributedLoweringError):
+    """The arguments given to a compiled distributed program are wrong."""

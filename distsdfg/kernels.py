@@ -1,0 +1,139 @@
+"""Discovery: the schedulable top-level maps of an SDFG (library nodes seen through their pure expansion)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Tuple
+
+import dace
+from dace import subsets
+from dace.sdfg import SDFG, SDFGState, nodes
+
+from . import dace_compat as dc
+
+__all__ = ["MapInfo", "AnalysedMap", "Kernel", "find_kernels", "maps", "KEPT_LIBRARY_NODES"]
+
+#: Library nodes that stay library nodes (their local semantics on blocks equal the tiled expansion).
+KEPT_LIBRARY_NODES = {"MatMul", "Gemm", "Dot", "BatchedMatMul", "Reduce", "Einsum", "Gemv"}
+
+
+@dataclasses.dataclass(frozen=True)
+class MapInfo:
+    """One schedulable map: ``key`` is what a schedule names; ``params``/``ranges`` its iteration space."""
+    key: str
+    label: str
+    params: Tuple[str, ...]
+    ranges: subsets.Range
+    state: str
+
+    def __str__(self):
+        return f"{self.key}[{', '.join(f'{p}={r}' for p, r in zip(self.params, self.ranges))}]"
+
+
+@dataclasses.dataclass
+class Access:
+    """Inner memlets of one map for one array, split by direction."""
+    reads: List[dace.Memlet] = dataclasses.field(default_factory=list)
+    writes: List[dace.Memlet] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class AnalysedMap:
+    """A map with the memlets at its inner boundary, grouped by the array they touch."""
+    info: MapInfo
+    accesses: Dict[str, Access]
+    arrays: Dict[str, dace.data.Data]
+
+
+@dataclasses.dataclass
+class Kernel:
+    """A top-level unit of work: one map, or one library node analysed through its maps."""
+    index: int
+    kind: str                       # "map" | "library" | "opaque"
+    state: SDFGState
+    node: nodes.Node
+    maps: List[AnalysedMap]
+    reason: str = ""                # why an opaque kernel cannot be distributed
+
+    @property
+    def label(self) -> str:
+        return self.node.label
+
+
+def _analyse_map(state: SDFGState, entry: nodes.MapEntry, key: str, arrays) -> AnalysedMap:
+    exit_ = state.exit_node(entry)
+    acc: Dict[str, Access] = {}
+    for e in state.out_edges(entry):
+        if e.data.is_empty() or e.data.data is None:
+            continue
+        acc.setdefault(e.data.data, Access()).reads.append(e.data)
+    for e in state.in_edges(exit_):
+        if e.data.is_empty() or e.data.data is None:
+            continue
+        acc.setdefault(e.data.data, Access()).writes.append(e.data)
+    info = MapInfo(key, entry.map.label, tuple(entry.map.params), subsets.Range(list(entry.map.range.ranges)),
+                   state.label)
+    return AnalysedMap(info, acc, arrays)
+
+
+def _maps_of_expansion(sub: SDFG) -> Tuple[List[Tuple[SDFGState, nodes.MapEntry]], str]:
+    found, problem = [], ""
+    for st in sub.all_states():
+        for n in dc.top_level_nodes(st):
+            if isinstance(n, nodes.MapEntry):
+                found.append((st, n))
+            elif isinstance(n, (nodes.NestedSDFG, nodes.LibraryNode)):
+                problem = f"its expansion keeps `{n.label}` as a nested SDFG"
+            elif isinstance(n, nodes.Tasklet):
+                problem = f"its expansion computes in tasklet `{n.label}` outside any map"
+    return found, problem
+
+
+class _Keys:
+    def __init__(self):
+        self.used = set()
+
+    def make(self, base: str) -> str:
+        key, n = base, 1
+        while key in self.used:
+            n += 1
+            key = f"{base}_{n}"
+        self.used.add(key)
+        return key
+
+
+def find_kernels(sdfg: SDFG) -> List[Kernel]:
+    """All kernels of ``sdfg`` in a stable order (states in order, nodes topologically)."""
+    kernels: List[Kernel] = []
+    keys = _Keys()
+    for state in dc.all_states(sdfg):
+        for node in dc.top_level_nodes(state):
+            if isinstance(node, nodes.MapEntry):
+                k = keys.make(node.map.label)
+                kernels.append(Kernel(len(kernels), "map", state, node, [_analyse_map(state, node, k, sdfg.arrays)]))
+            elif isinstance(node, nodes.LibraryNode):
+                kernels.append(_library_kernel(sdfg, state, node, len(kernels), keys))
+    return kernels
+
+
+def _library_kernel(sdfg, state, node, index, keys) -> Kernel:
+    name = type(node).__name__
+    base = keys.make(node.label)
+    if name not in KEPT_LIBRARY_NODES:
+        return Kernel(index, "opaque", state, node, [], f"library node type {name} is not analysed")
+    try:
+        sub = dc.standalone_expansion(sdfg, state, node)
+    except Exception as exc:  # DaCe raises many types here
+        return Kernel(index, "opaque", state, node, [], f"its pure expansion failed ({type(exc).__name__}: {exc})")
+    found, problem = _maps_of_expansion(sub)
+    if problem or not found:
+        return Kernel(index, "opaque", state, node, [], problem or "its expansion has no maps")
+    amaps = []
+    for st, entry in found:
+        k = keys.make(f"{base}.{entry.map.label}")
+        amaps.append(_analyse_map(st, entry, k, sub.arrays))
+    return Kernel(index, "library", state, node, amaps)
+
+
+def maps(sdfg: SDFG) -> List[MapInfo]:
+    """Every schedulable map of ``sdfg``, as ``lower()`` sees them."""
+    return [m.info for k in find_kernels(sdfg) for m in k.maps]

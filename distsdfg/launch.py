@@ -1,0 +1,41 @@
+"""Launching: find the bundled mpiexec and build argv lists by pure functions."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import List, Optional, Sequence
+
+__all__ = ["find_mpiexec", "mpiexec_argv", "environment"]
+
+
+def find_mpiexec() -> str:
+    """The mpiexec of the MPI that mpi4py uses: the venv's (mpich wheel) first, then PATH."""
+    cand = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.path.exists(cand):
+        return cand
+    exe = shutil.which("mpiexec")
+    if exe is None:
+        raise FileNotFoundError("no mpiexec found: install the package's dependencies (pip install -e .), which "
+                                "bring the mpich wheel, or put an MPI's mpiexec on PATH")
+    return exe
+
+
+def environment(env: Optional[dict] = None) -> str:
+    """'slurm' inside a Slurm allocation, 'mpiexec' under an MPI launcher, else 'plain'."""
+    env = os.environ if env is None else env
+    if "SLURM_JOB_ID" in env and ("SLURM_PROCID" in env or "SLURM_NTASKS" in env):
+        return "slurm"
+    if any(k in env for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "HYDRA_CONTROL_FD")):
+        return "mpiexec"
+    return "plain"
+
+
+def mpiexec_argv(nprocs: int, script: Sequence[str], *, mpiexec: Optional[str] = None,
+                 python: Optional[str] = None, timeout: Optional[float] = None) -> List[str]:
+    """``[timeout T] mpiexec -n P python -m mpi4py SCRIPT...``: one failing rank aborts the whole job."""
+    argv = []
+    if timeout:
+        argv += ["timeout", str(int(timeout))]
+    argv += [mpiexec or find_mpiexec(), "-n", str(int(nprocs)), python or sys.executable, "-m", "mpi4py"]
+    return argv + list(script)

@@ -1,0 +1,54 @@
+"""DistributedMemlet: a library node that moves one array between root and the ranks' blocks."""
+import dace
+import dace.library
+import dace.properties
+from dace import dtypes
+from dace.transformation.transformation import ExpandTransformation
+
+from .environment import DistSDFGRuntime
+
+__all__ = ["DistributedMemlet"]
+
+
+@dace.library.expansion
+class ExpandDistributedMemletMPI(ExpandTransformation):
+    """Expands to one call of ``distsdfg::run_step`` on the step's table in the plan array."""
+
+    environments = [DistSDFGRuntime]
+
+    @staticmethod
+    def expansion(node, parent_state, parent_sdfg, **kwargs):
+        out_edge = next(e for e in parent_state.out_edges(node) if e.src_conn == "_out")
+        desc = parent_sdfg.arrays[out_edge.data.data]
+        ctype = desc.dtype.ctype
+        src = "_in" if "_in" in node.in_connectors else "nullptr"
+        code = f"distsdfg::run_step<{ctype}>(_plan, {node.step}, {src}, _out);"
+        ins = {"_plan": dace.pointer(dace.int64)}
+        if "_in" in node.in_connectors:
+            ins["_in"] = dace.pointer(desc.dtype)
+        return dace.sdfg.nodes.Tasklet(node.name, ins, {"_out": dace.pointer(desc.dtype)}, code,
+                                       language=dtypes.Language.CPP, side_effects=True)
+
+
+@dace.library.node
+class DistributedMemlet(dace.sdfg.nodes.LibraryNode):
+    """Moves ``array`` as step ``step`` of the solved communication plan.
+
+    Inputs ``_in`` (the source buffer; absent for a fill) and ``_plan`` (the plan table),
+    output ``_out`` (the destination buffer). ``kind`` is scatter, gather, reduce or fill;
+    the step's blocks per rank live in the plan table, computed by distsdfg.plan.
+    """
+
+    implementations = {"MPI": ExpandDistributedMemletMPI}
+    default_implementation = "MPI"
+
+    step = dace.properties.Property(dtype=int, default=0, desc="Index of the step in the plan table")
+    kind = dace.properties.Property(dtype=str, default="scatter", desc="scatter | gather | reduce | fill")
+    array = dace.properties.Property(dtype=str, default="", desc="Global array moved")
+
+    def __init__(self, name, step=0, kind="scatter", array="", has_input=True, *args, **kwargs):
+        inputs = {"_plan", "_in"} if has_input else {"_plan"}
+        super().__init__(name, *args, inputs=inputs, outputs={"_out"}, **kwargs)
+        self.step = step
+        self.kind = kind
+        self.array = array

@@ -1,0 +1,24 @@
+"""The DaCe environment that adds MPI and our runtime header to generated code."""
+import os
+
+import dace.library
+from dace.libraries.mpi.environments.mpi import MPI
+
+INCLUDE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+
+
+@dace.library.environment
+class DistSDFGRuntime:
+    cmake_minimum_version = None
+    cmake_packages = []
+    cmake_variables = {}
+    cmake_includes = [INCLUDE_DIR]
+    cmake_libraries = []
+    cmake_compile_flags = []
+    cmake_link_flags = []
+    cmake_files = []
+    headers = ["distsdfg_runtime.h"]
+    state_fields = []
+    init_code = ""
+    finalize_code = ""
+    dependencies = [MPI]

@@ -1,0 +1,267 @@
+"""The solver: symbolic constraints -> a concrete communication plan (steps with per-rank blocks)."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import sympy
+
+from . import dace_compat as dc
+
+__all__ = ["StepSpec", "RankBlock", "ConcreteStep", "CommStep", "solve_step", "encode_plan", "comm_steps",
+           "DTYPE_CODES", "OP_CODES"]
+
+DTYPE_CODES = {"float32": 0, "float64": 1, "int32": 2, "int64": 3, "uint32": 4, "uint64": 5, "int8": 6, "uint8": 7,
+               "int16": 8, "uint16": 9, "complex64": 10, "complex128": 11, "bool": 12}
+OP_CODES = {None: 0, "sum": 1, "prod": 2, "max": 3, "min": 4}
+KIND_CODES = {"scatter": 1, "gather": 2, "reduce": 3, "fill": 4}
+F_ACC, F_MERGE, F_REPL, F_MASK = 1, 2, 4, 8
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+    """One communication step as lowered: symbolic, for any sizes and rank coordinates.
+
+    ``boxes`` are (start, end) inclusive per dimension, their union is what a rank moves;
+    ``origin`` is the global index of the local buffer's first element.
+    """
+    index: int
+    kind: str                      # scatter | gather | reduce | fill
+    array: str
+    local: str
+    kernel: int
+    kernel_label: str
+    dtype: str                     # numpy dtype name
+    itemsize: int
+    grid: Tuple[int, ...]
+    rank_syms: Tuple[str, ...]     # per grid axis; '' for an unsplit axis
+    boxes: Tuple[Tuple[Tuple[str, str], ...], ...]
+    origin: Tuple[str, ...]
+    local_shape: Tuple[str, ...]
+    global_shape: Tuple[str, ...]
+    op: Optional[str] = None
+    acc: bool = False              # reduce into the destination's current values
+    exact: bool = True             # the written block is fully written
+
+    def __str__(self):
+        what = {"scatter": "root -> blocks", "gather": "blocks -> root", "reduce": f"partial({self.op}) -> root",
+                "fill": f"identity({self.op}) -> block"}[self.kind]
+        return f"step {self.index}: {self.kind:7s} {self.array} ({what}) for {self.kernel_label} grid {self.grid}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RankBlock:
+    origin: Tuple[int, ...]
+    start: Tuple[int, ...]
+    size: Tuple[int, ...]
+
+    @property
+    def count(self) -> int:
+        return int(np.prod(self.size)) if self.size else 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ConcreteStep:
+    """A step solved for concrete sizes and a communicator of ``nranks`` ranks."""
+    spec: StepSpec
+    nranks: int
+    global_shape: Tuple[int, ...]
+    local_shape: Tuple[int, ...]
+    blocks: Tuple[RankBlock, ...]
+    pcolor: Tuple[int, ...]
+    pkey: Tuple[int, ...]
+    rcolor: Tuple[int, ...]
+    rkey: Tuple[int, ...]
+    flags: int
+
+    @property
+    def uses_replicate(self) -> bool:
+        return bool(self.flags & F_REPL)
+
+
+@dataclasses.dataclass(frozen=True)
+class CommStep:
+    """One MPI call of a plan and its logical payload in bytes per rank (index = rank)."""
+    collective: str
+    array: str
+    sent: Tuple[int, ...]
+    received: Tuple[int, ...]
+    repeats: int = 1
+
+    def __str__(self):
+        return (f"{self.collective:9s} {self.array:16s} sent={list(self.sent)} received={list(self.received)}"
+                + (f" x{self.repeats}" if self.repeats != 1 else ""))
+
+
+def _coords(q: int, grid: Sequence[int]) -> Optional[Tuple[int, ...]]:
+    if q >= int(np.prod(grid)):
+        return None
+    return tuple(int(c) for c in np.unravel_index(q, grid)) if grid else ()
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(expr: str):
+    e = dc.symbolic.pystr_to_symbolic(expr)
+    syms = sorted(e.free_symbols, key=str)
+    if not syms:
+        v = int(e)
+        return (), (lambda *a: v)
+    f = sympy.lambdify(syms, e, modules=[{"int_ceil": lambda a, b: -(-a // b), "Min": min, "Max": max,
+                                           "floor": lambda x: int(np.floor(x)), "ceiling": lambda x: int(np.ceil(x))},
+                                          "math"])
+    return tuple(str(s) for s in syms), f
+
+
+def evaluate(expr: str, values: Dict[str, int]) -> int:
+    names, f = _compiled(expr)
+    try:
+        return int(f(*[values[n] for n in names]))
+    except KeyError as exc:
+        raise KeyError(f"symbol {exc.args[0]} has no value") from None
+
+
+def _block(spec: StepSpec, coords, values, gshape) -> RankBlock:
+    nd = len(gshape)
+    if coords is None:
+        return RankBlock((0,) * nd, (0,) * nd, (0,) * nd)
+    vals = dict(values)
+    for s, c in zip(spec.rank_syms, coords):
+        if s:
+            vals[s] = c
+    lo, hi = None, None
+    for box in spec.boxes:
+        st = [max(evaluate(b, vals), 0) for b, _ in box]
+        en = [min(evaluate(e, vals), gshape[d] - 1) for d, (_, e) in enumerate(box)]
+        if any(e < s for s, e in zip(st, en)):
+            continue
+        lo = st if lo is None else [min(a, b) for a, b in zip(lo, st)]
+        hi = en if hi is None else [max(a, b) for a, b in zip(hi, en)]
+    origin = tuple(evaluate(o, vals) for o in spec.origin)
+    if lo is None:
+        return RankBlock(origin, (0,) * nd, (0,) * nd)
+    return RankBlock(origin, tuple(lo), tuple(h - l + 1 for l, h in zip(lo, hi)))
+
+
+def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int) -> ConcreteStep:
+    """Per-rank blocks, and the partition/replicate sub-grids that move them (thesis 5.1)."""
+    gshape = tuple(evaluate(s, values) for s in spec.global_shape)
+    lshape = tuple(evaluate(s, values) for s in spec.local_shape)
+    grid = spec.grid
+    coords = [_coords(q, grid) for q in range(nranks)]
+    blocks = [_block(spec, c, values, gshape) for c in coords]
+    by_coord = {c: b for c, b in zip(coords, blocks) if c is not None}
+    # Grid axes the block depends on (partitioned); the others replicate it.
+    dep = []
+    for a, g in enumerate(grid):
+        if g > 1 and any(by_coord[c] != by_coord[c[:a] + (0,) + c[a + 1:]] for c in by_coord):
+            dep.append(a)
+    repl_axes = [a for a, g in enumerate(grid) if g > 1 and a not in dep]
+    pcolor, pkey, rcolor, rkey = [], [], [], []
+    nkey = 0
+    for q, c in enumerate(coords):
+        if c is None:
+            pcolor.append(-1); pkey.append(0); rcolor.append(-1); rkey.append(0)
+            continue
+        in_part = all(c[a] == 0 for a in repl_axes)
+        pcolor.append(0 if in_part else -1)
+        pkey.append(nkey if in_part else 0)
+        nkey += in_part
+        if repl_axes:
+            rcolor.append(int(np.ravel_multi_index([c[a] for a in dep], [grid[a] for a in dep])) if dep else 0)
+            rkey.append(int(np.ravel_multi_index([c[a] for a in repl_axes], [grid[a] for a in repl_axes])))
+        else:
+            rcolor.append(-1); rkey.append(0)
+    flags = F_REPL if repl_axes else 0
+    if spec.acc:
+        flags |= F_ACC
+    part = [blocks[q] for q in range(nranks) if pcolor[q] == 0 and blocks[q].count and all(blocks[q].size)]
+    overlap = _overlapping(part)
+    if spec.kind == "gather" and not spec.exact and overlap:
+        flags |= F_MERGE
+    if spec.kind == "reduce" and not spec.acc and overlap:
+        flags |= F_MASK
+    return ConcreteStep(spec, nranks, gshape, lshape, tuple(blocks), tuple(pcolor), tuple(pkey), tuple(rcolor),
+                        tuple(rkey), flags)
+
+
+def _overlapping(blocks: List[RankBlock]) -> bool:
+    for a, b in itertools.combinations(blocks, 2):
+        if all(sa < sb + nb and sb < sa + na for sa, na, sb, nb in zip(a.start, a.size, b.start, b.size)):
+            return True
+    return False
+
+
+def encode_step(cs: ConcreteStep) -> List[int]:
+    spec = cs.spec
+    nd = len(cs.global_shape)
+    out = [KIND_CODES[spec.kind], DTYPE_CODES[spec.dtype], OP_CODES[spec.op], nd, cs.nranks, cs.flags]
+    out += list(cs.global_shape) + list(cs.local_shape)
+    for q, b in enumerate(cs.blocks):
+        out += list(b.origin) + list(b.start) + list(b.size)
+        out += [cs.pcolor[q], cs.pkey[q], cs.rcolor[q], cs.rkey[q]]
+    return out
+
+
+def encode_plan(steps: Sequence[ConcreteStep]) -> np.ndarray:
+    """The int64 table the generated code reads: ``[n, offsets..., step tables...]``."""
+    tables = [encode_step(s) for s in steps]
+    header = 1 + len(tables)
+    offsets, pos = [], header
+    for t in tables:
+        offsets.append(pos)
+        pos += len(t)
+    flat = [len(tables)] + offsets + [v for t in tables for v in t]
+    return np.array(flat if flat else [0], dtype=np.int64)
+
+
+def comm_steps(cs: ConcreteStep) -> List[CommStep]:
+    """The MPI calls a concrete step makes, with bytes sent and received per rank (self excluded)."""
+    spec, P, item = cs.spec, cs.nranks, cs.spec.itemsize
+    if spec.kind == "fill":
+        return []
+    nbytes = [b.count * item if all(b.size) else 0 for b in cs.blocks]
+    part = [q for q in range(P) if cs.pcolor[q] == 0]
+    groups: Dict[int, List[int]] = {}
+    for q in range(P):
+        if cs.rcolor[q] >= 0:
+            groups.setdefault(cs.rcolor[q], []).append(q)
+    for g in groups.values():
+        g.sort(key=lambda q: cs.rkey[q])
+
+    def p2root(name, to_root):
+        sent, recv = [0] * P, [0] * P
+        for q in part:
+            if q == 0:
+                continue
+            if to_root:
+                sent[q] += nbytes[q]; recv[0] += nbytes[q]
+            else:
+                recv[q] += nbytes[q]; sent[0] += nbytes[q]
+        return CommStep(name, spec.array, tuple(sent), tuple(recv))
+
+    def subgrid(name, to_root):
+        sent, recv = [0] * P, [0] * P
+        for members in groups.values():
+            head = members[0]
+            for q in members[1:]:
+                if to_root:
+                    sent[q] += nbytes[q]; recv[head] += nbytes[q]
+                else:
+                    recv[q] += nbytes[q]; sent[head] += nbytes[q]
+        return CommStep(name, spec.array, tuple(sent), tuple(recv))
+
+    if spec.kind == "scatter":
+        out = [p2root("Scatterv", False)]
+        if cs.uses_replicate:
+            out.append(subgrid("Bcast", False))
+        return out
+    if spec.kind == "gather":
+        return [p2root("Gatherv", True)]
+    out = []
+    if cs.uses_replicate:
+        out.append(subgrid("Reduce", True))
+    out.append(p2root("Gatherv", True))
+    return out

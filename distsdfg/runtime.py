@@ -1,0 +1,194 @@
+"""Compile once on rank 0, load everywhere, and run: the wrapper every rank calls."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+from dace.sdfg import SDFG
+
+from . import dace_compat as dc
+from .errors import CommunicatorSizeError, DistributedLoweringError, InputError
+from .lowering import PLAN_ARRAY, PLAN_LEN, Lowered
+from .plan import ConcreteStep, encode_plan, evaluate, solve_step
+
+__all__ = ["DistributedProgram", "compile_distributed", "solve_plan", "symbol_values"]
+
+
+def _comm(comm=None):
+    from mpi4py import MPI
+    return comm if comm is not None else MPI.COMM_WORLD
+
+
+def lowered_of(sdfg: SDFG) -> Lowered:
+    low = getattr(sdfg, "_distsdfg", None)
+    if low is None:
+        raise DistributedLoweringError(f"SDFG `{sdfg.name}` has not been lowered; call distsdfg.lower(sdfg, schedule) "
+                                       f"first")
+    return low
+
+
+def solve_plan(low: Lowered, values: Dict[str, int], nranks: int) -> List[ConcreteStep]:
+    for key, axis, extent, parts in low.even_checks:
+        n = evaluate(extent, values)
+        if n % parts:
+            raise DistributedLoweringError(
+                f"map `{key}` axis {axis} (extent {n}) is split {parts} ways, which does not divide {n}; this "
+                f"library node reduces over the axis and needs even blocks: use sizes or a grid that divide evenly")
+    return [solve_step(s, values, nranks) for s in low.steps]
+
+
+def symbol_values(sdfg: SDFG, arrays: Dict[str, Any], given: Dict[str, Any]) -> Dict[str, int]:
+    """Concrete values of the program's size symbols: given ones, then those read off array shapes."""
+    import sympy
+    from dace import symbolic
+    values = {k: int(v) for k, v in given.items()}
+    for name, arr in arrays.items():
+        desc = sdfg.arrays.get(name)
+        if desc is None or not hasattr(arr, "shape"):
+            continue
+        for dim, n in zip(desc.shape, arr.shape):
+            e = sympy.sympify(dim)
+            fs = [s for s in e.free_symbols if str(s) not in values]
+            if len(fs) == 1:
+                sol = sympy.solve(sympy.Eq(e.subs({s: values[str(s)] for s in e.free_symbols if str(s) in values}), n),
+                                  fs[0])
+                if len(sol) == 1 and sympy.sympify(sol[0]).is_Integer:
+                    values[str(fs[0])] = int(sol[0])
+    for k, v in sdfg.constants.items():
+        values.setdefault(k, int(v) if np.isscalar(v) and float(v) == int(v) else v)
+    return values
+
+
+class DistributedProgram:
+    """A lowered SDFG compiled once; call it on every rank with the same arguments."""
+
+    def __init__(self, sdfg: SDFG, compiled, comm):
+        self.sdfg = sdfg
+        self.lowered = lowered_of(sdfg)
+        self._compiled = compiled
+        self.comm = comm
+        self._plans: Dict[Tuple, Tuple[np.ndarray, List[ConcreteStep]]] = {}
+
+    # -- argument checking (rank 0) ---------------------------------------------------------------
+    def _check_inputs(self, kwargs) -> Optional[str]:
+        from dace import data as dt
+        sdfg = self.sdfg
+        for name, desc in sdfg.arglist().items():
+            if name == PLAN_ARRAY or isinstance(desc, dt.Scalar) and name not in kwargs and name in sdfg.symbols:
+                continue
+            if name not in kwargs:
+                if name.startswith("__return"):
+                    continue
+                return f"missing argument `{name}` of {self.lowered.original_name}"
+        return None
+
+    def _validate_arrays(self, arrays, values) -> Optional[str]:
+        from dace import data as dt
+        for name, arr in arrays.items():
+            desc = self.sdfg.arrays.get(name)
+            if desc is None or isinstance(desc, dt.Scalar):
+                continue
+            if not isinstance(arr, np.ndarray):
+                return f"argument `{name}` must be a NumPy array, got {type(arr).__name__}"
+            try:
+                want = tuple(evaluate(str(s), values) for s in desc.shape)
+            except KeyError as exc:
+                return f"size symbol {exc} is missing: pass it as a keyword argument (e.g. {exc.args[0].split()[1]}=...)"
+            if tuple(arr.shape) != want:
+                return f"argument `{name}` has shape {tuple(arr.shape)} but the program expects {want}"
+            want_dt = np.dtype(desc.dtype.as_numpy_dtype())
+            if arr.dtype != want_dt:
+                return f"argument `{name}` has dtype {arr.dtype} but the program expects {want_dt}; convert it with .astype"
+        missing = sorted(str(s) for s in self.sdfg.free_symbols
+                         if str(s) not in values and not str(s).startswith("__dsdfg"))
+        if missing:
+            return f"size symbol(s) {', '.join(missing)} have no value: pass them as keyword arguments"
+        return None
+
+    def plan(self, values: Dict[str, int]):
+        key = tuple(sorted((k, v) for k, v in values.items() if isinstance(v, (int, np.integer))))
+        if key not in self._plans:
+            steps = solve_plan(self.lowered, values, self.comm.size)
+            self._plans[key] = (encode_plan(steps), steps)
+        return self._plans[key]
+
+    def __call__(self, *args, **kwargs):
+        if args:
+            names = [n for n in self.sdfg.arg_names]
+            kwargs.update(dict(zip(names, args)))
+        comm, rank, P = self.comm, self.comm.rank, self.comm.size
+        arrays = {k: v for k, v in kwargs.items() if isinstance(v, np.ndarray)}
+        given = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k in self.sdfg.symbols}
+        error, values = None, None
+        if rank == 0:
+            try:
+                if self.lowered.nprocs > P:
+                    raise CommunicatorSizeError(
+                        f"the schedule needs {self.lowered.nprocs} ranks but the communicator has {P}: run with "
+                        f"`mpiexec -n {self.lowered.nprocs}` or lower with a smaller grid")
+                values = symbol_values(self.sdfg, arrays, given)
+                error = self._check_inputs(kwargs) or self._validate_arrays(arrays, values)
+            except DistributedLoweringError as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        error, values = comm.bcast((error, values), root=0)
+        if error is not None:
+            raise InputError(error)
+        try:
+            table, _ = self.plan(values)
+        except DistributedLoweringError:
+            raise
+        call = dict(kwargs)
+        for k in self.sdfg.symbols:
+            if k in values and k not in call:
+                call[k] = values[k]
+        for kg in self.lowered.kernels:
+            coords = (np.unravel_index(rank, kg.grid) if rank < int(np.prod(kg.grid)) else kg.grid)
+            for s, c in zip(kg.rank_syms, coords):
+                if s:
+                    call[s] = int(c)
+        call[PLAN_ARRAY] = table
+        call[PLAN_LEN] = int(table.shape[0])
+        out = self._compiled(**call)
+        if isinstance(out, tuple):
+            return tuple(np.copy(o) if isinstance(o, np.ndarray) else o for o in out)
+        return np.copy(out) if isinstance(out, np.ndarray) else out
+
+
+def _log(msg: str, verbose: bool):
+    if verbose:
+        print(f"[distsdfg] {msg}", file=sys.stderr, flush=True)
+
+
+def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None) -> DistributedProgram:
+    """Build on rank 0, load on every rank (collective over ``comm``)."""
+    comm = _comm(comm)
+    lowered_of(sdfg)
+    dc.ensure_mpi_on_path()
+    if verbose is None:
+        verbose = os.environ.get("DISTSDFG_VERBOSE", "0") not in ("", "0")
+    folder, error = None, None
+    compiled = None
+    if comm.rank == 0:
+        t0 = time.time()
+        _log(f"compiling {sdfg.name} ...", verbose)
+        try:
+            compiled = sdfg.compile(validate=True)
+            folder = sdfg.build_folder
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        _log(f"compiled {sdfg.name} in {time.time() - t0:.1f}s", verbose)
+    # Every rank plans from rank 0's lowering: the binary was built from it.
+    folder, error, low = comm.bcast((folder, error, lowered_of(sdfg) if comm.rank == 0 else None), root=0)
+    sdfg._distsdfg = low
+    if error is not None:
+        raise DistributedLoweringError(f"compiling `{sdfg.name}` failed on rank 0: {error}")
+    if comm.rank != 0:
+        from dace.sdfg.utils import load_precompiled_sdfg
+        compiled = load_precompiled_sdfg(folder)
+    comm.Barrier()
+    return DistributedProgram(sdfg, compiled, comm)

@@ -1,0 +1,1 @@
+"""Test helpers: sample programs and a runner for real mpiexec cases."""

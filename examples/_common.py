@@ -1,0 +1,33 @@
+"""Shared by the examples: lower one schedule, print the plan on rank 0, run and check against NumPy."""
+import numpy as np
+from mpi4py import MPI
+
+import distsdfg
+from distsdfg.report import format_report
+
+
+def run_schedule(prog, grids_by_label, inputs, reference, symbols=None, tol=1e-10):
+    comm = MPI.COMM_WORLD
+    symbols = symbols or {}
+    sdfg = prog.to_sdfg()
+    schedule = {}
+    for m in distsdfg.maps(sdfg):
+        for label, grid in grids_by_label.items():
+            if m.label == label or m.key == label:
+                schedule[m.key] = grid
+    distsdfg.lower(sdfg, schedule)
+    if comm.rank == 0:
+        print(f"\n== schedule {sdfg._distsdfg.schedule} on {comm.size} ranks")
+        print(format_report(distsdfg.comm_report(sdfg, nprocs=comm.size, **symbols)))
+    fn = distsdfg.compile(sdfg)
+    args = inputs if comm.rank == 0 else {k: np.zeros_like(v) for k, v in inputs.items()}
+    out = fn(**args, **symbols)
+    ok = True
+    if comm.rank == 0:
+        ref = reference(**inputs)
+        err = float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-300))
+        ok = err <= tol
+        print(f"check against NumPy: max relative error {err:.2e} -> {'OK' if ok else 'WRONG'}")
+    ok = comm.bcast(ok, root=0)
+    if not ok:
+        raise SystemExit(1)

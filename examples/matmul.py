@@ -1,0 +1,30 @@
+"""Distributed matmul with several schedules: run with `distsdfg launch -n 4 examples/matmul.py`."""
+import os
+import sys
+
+import dace
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import run_schedule  # noqa: E402
+
+M, N, K = (dace.symbol(s) for s in "MNK")
+
+
+@dace.program
+def matmul(A: dace.float64[M, K], B: dace.float64[K, N]):
+    return A @ B
+
+
+def inputs(sizes=None):
+    rng = np.random.default_rng(0)
+    m, n, k = 256, 128, 192
+    return {"A": rng.random((m, k)), "B": rng.random((k, n))}
+
+
+if __name__ == "__main__":
+    data = inputs()
+    sizes = {"M": 256, "N": 128, "K": 192}
+    # gemm_map iterates (i, j, k): data-parallel, reduction-parallel, and a 2-D block schedule.
+    for grid in [(4, 1, 1), (1, 1, 4), (2, 2, 1), (2, 1, 2)]:
+        run_schedule(matmul, {"gemm_map": grid}, data, lambda A, B: A @ B, sizes)

@@ -1,0 +1,29 @@
+"""The thesis' 4-D softmax, split over its first three dims: `distsdfg launch -n 4 examples/softmax.py`."""
+import os
+import sys
+
+import dace
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import run_schedule  # noqa: E402
+
+
+@dace.program
+def softmax(inp: dace.float32[8, 16, 32, 32]):
+    rowmax = np.maximum.reduce(inp, axis=-1, keepdims=True)
+    exp_arr = np.exp(inp - rowmax)
+    rowsum = np.add.reduce(exp_arr, axis=-1, keepdims=True)
+    return exp_arr / rowsum
+
+
+def reference(inp):
+    e = np.exp(inp - inp.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+if __name__ == "__main__":
+    inp = np.random.default_rng(0).random((8, 16, 32, 32)).astype(np.float32)
+    grid = (2, 2, 1, 1)
+    labels = {"reduce_output": grid, "_Sub__map": grid, "_numpy_exp__map": grid, "_Div__map": grid}
+    run_schedule(softmax, labels, {"inp": inp}, reference, tol=1e-5)

@@ -5,6 +5,6 @@ from .kernels import MapInfo
 from .plan import CommStep
 from .api import maps, lower, compile, comm_report
 
-__all__ = ["Schedule", "MapInfo", "CommStep", "maps", "lower", "compile", "comm_report",
+__all__ = ["Schedule", "MapInfo", "CommStep", "maps", "lower", "compile", "comm_report", "ScheduleError",
            "DistributedLoweringError"]
 __version__ = "0.1.0"

@@ -130,14 +130,16 @@ class DistributedProgram:
                         f"the schedule needs {self.lowered.nprocs} ranks but the communicator has {P}: run with "
                         f"`mpiexec -n {self.lowered.nprocs}` or lower with a smaller grid")
                 values = symbol_values(self.sdfg, arrays, given)
-                error = self._check_inputs(kwargs) or self._validate_arrays(arrays, values)
+                msg = self._check_inputs(kwargs) or self._validate_arrays(arrays, values)
+                error = ("InputError", msg) if msg else None
             except DistributedLoweringError as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                error = (type(exc).__name__, str(exc))
             except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                error = ("InputError", f"{type(exc).__name__}: {exc}")
         error, values = comm.bcast((error, values), root=0)
         if error is not None:
-            raise InputError(error)
+            from . import errors
+            raise getattr(errors, error[0], InputError)(error[1])
         try:
             table, _ = self.plan(values)
         except DistributedLoweringError:

@@ -1,0 +1,58 @@
+"""Calls that must be refused before anything runs (single process, one compile)."""
+import numpy as np
+import pytest
+
+import distsdfg
+from distsdfg.errors import CommunicatorSizeError, InputError
+
+
+@pytest.fixture(scope="module")
+def add_prog():
+    from distsdfg.testing.programs import get
+    sdfg = get("add3d").sdfg()
+    distsdfg.lower(sdfg, {distsdfg.maps(sdfg)[0].key: (1, 1, 1)})
+    return distsdfg.compile(sdfg)
+
+
+def test_single_rank_run_is_correct(add_prog):
+    x, y = np.random.rand(4, 8, 16), np.random.rand(8, 16)
+    np.testing.assert_allclose(add_prog(x=x, y=y), x + y, rtol=1e-12)
+
+
+def test_wrong_shape(add_prog):
+    with pytest.raises(InputError, match=r"shape \(4, 8\) but the program expects \(4, 8, 16\)"):
+        add_prog(x=np.zeros((4, 8)), y=np.zeros((8, 16)))
+
+
+def test_wrong_dtype(add_prog):
+    with pytest.raises(InputError, match="dtype float32 but the program expects float64"):
+        add_prog(x=np.zeros((4, 8, 16), np.float32), y=np.zeros((8, 16)))
+
+
+def test_missing_argument(add_prog):
+    with pytest.raises(InputError, match="missing argument `y`"):
+        add_prog(x=np.zeros((4, 8, 16)))
+
+
+def test_too_few_ranks_for_schedule():
+    from distsdfg.testing.programs import get
+    sdfg = get("add3d").sdfg()
+    distsdfg.lower(sdfg, {distsdfg.maps(sdfg)[0].key: (2, 2, 1)})
+    fn = distsdfg.compile(sdfg)
+    with pytest.raises(CommunicatorSizeError, match="needs 4 ranks but the communicator has 1"):
+        fn(x=np.zeros((4, 8, 16)), y=np.zeros((8, 16)))
+
+
+def test_lowering_twice_is_refused():
+    from distsdfg.testing.programs import get
+    sdfg = get("add3d").sdfg()
+    distsdfg.lower(sdfg, {})
+    with pytest.raises(distsdfg.DistributedLoweringError, match="already lowered"):
+        distsdfg.lower(sdfg, {})
+
+
+def test_library_reduction_axis_must_divide():
+    from distsdfg.testing.programs import get
+    sdfg = get("reduce_sum").sdfg()
+    with pytest.raises(distsdfg.ScheduleError, match="extent 16.*split 3 ways"):
+        distsdfg.lower(sdfg, {"Reduce.reduce_output": (1, 3)})

@@ -21,10 +21,8 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
     if isinstance(schedule, str):
         if schedule != "auto":
             raise DistributedLoweringError(f"schedule must be a Schedule, a dict or 'auto', got {schedule!r}")
-        if nprocs is None:
-            raise DistributedLoweringError("lower(sdfg, 'auto') needs nprocs=P")
-        from .planner import auto_schedule
-        schedule = auto_schedule(sdfg, nprocs)
+        raise DistributedLoweringError("schedule='auto' needs the EinDecomp planner, which this version does not "
+                                       "have yet; give a schedule {map key: grid} (see distsdfg.maps(sdfg))")
     if target not in ("cpu",):
         raise DistributedLoweringError(f"target {target!r} is not supported; use 'cpu'")
     return lower_sdfg(sdfg, as_schedule(schedule), target=target)

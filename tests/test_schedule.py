@@ -49,3 +49,9 @@ def test_lower_rejects_bad_schedules(programs):
     with pytest.raises(ScheduleError, match="inconsistent schedule"):
         distsdfg.lower(sdfg, {"_MatMult_.gemm_map": (2, 2, 1), "_MatMult_.gemm_init_map": (4, 1)})
     assert issubclass(ScheduleError, distsdfg.DistributedLoweringError)
+
+
+def test_auto_schedule_not_available_is_a_clear_error(programs):
+    sdfg = programs.get("add3d").sdfg()
+    with pytest.raises(distsdfg.DistributedLoweringError, match="planner"):
+        distsdfg.lower(sdfg, "auto", nprocs=4)

@@ -12,7 +12,26 @@ from .report import comm_report
 from .runtime import DistributedProgram, compile_distributed
 from .schedule import Schedule, ScheduleLike, as_schedule
 
-__all__ = ["maps", "lower", "compile", "comm_report", "MapInfo", "Schedule"]
+__all__ = ["maps", "lower", "compile", "comm_report", "schedule_by_label", "MapInfo", "Schedule"]
+
+
+def schedule_by_label(sdfg: SDFG, grids: dict, *, fuzzy: bool = False) -> dict:
+    """``{map key: grid}`` from grids named by key or by map label.
+
+    A name is a key, else a label (every map with that label, e.g. ``reduce_output`` in
+    each reduction), else the end of a key after its library node (``gemm_map``), else, with
+    ``fuzzy``, a part of a key. A name that matches nothing is kept as given, so that
+    ``lower`` refuses it and suggests the closest key.
+    """
+    infos = maps(sdfg)
+    out = {}
+    for name, grid in grids.items():
+        hits = ([m for m in infos if m.key == name] or [m for m in infos if m.label == name]
+                or [m for m in infos if m.key.endswith("." + name)]
+                or ([m for m in infos if name in m.key] if fuzzy else []))
+        for key in [m.key for m in hits] or [name]:
+            out.setdefault(key, tuple(grid))
+    return out
 
 
 def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[int] = None,

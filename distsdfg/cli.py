@@ -34,13 +34,11 @@ def _parse_schedule(items, sdfg):
     if len(items) == 1 and items[0].endswith(".json"):
         with open(items[0]) as f:
             return distsdfg.Schedule.from_json(f.read())
-    out = {}
-    infos = distsdfg.maps(sdfg)
+    grids = {}
     for item in items:
-        key, _, grid = item.partition("=")
-        hits = [m.key for m in infos if m.key == key] or [m.key for m in infos if m.label == key]
-        out[hits[0] if hits else key] = tuple(int(x) for x in grid.split(","))
-    return out
+        name, _, grid = item.partition("=")
+        grids[name] = tuple(int(x) for x in grid.split(","))
+    return distsdfg.schedule_by_label(sdfg, grids)
 
 
 def _sizes(items):

@@ -10,6 +10,7 @@ import numpy as np
 from dace.sdfg import SDFG
 
 from . import dace_compat as dc
+from . import errors
 from .errors import CommunicatorSizeError, DistributedLoweringError, InputError
 from .lowering import PLAN_ARRAY, PLAN_LEN, Lowered
 from .plan import ConcreteStep, encode_plan, evaluate, solve_step
@@ -138,7 +139,6 @@ class DistributedProgram:
                 error = ("InputError", f"{type(exc).__name__}: {exc}")
         error, values = comm.bcast((error, values), root=0)
         if error is not None:
-            from . import errors
             raise getattr(errors, error[0], InputError)(error[1])
         try:
             table, _ = self.plan(values)

@@ -16,12 +16,7 @@ def run_schedule(prog, grids_by_label, inputs, reference, symbols=None, tol=1e-1
     comm = MPI.COMM_WORLD
     symbols = symbols or {}
     sdfg = prog.to_sdfg()
-    schedule = {}
-    for m in distsdfg.maps(sdfg):
-        for label, grid in grids_by_label.items():
-            if m.label == label or m.key == label:
-                schedule[m.key] = grid
-    distsdfg.lower(sdfg, schedule)
+    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, grids_by_label))
     if comm.rank == 0:
         print(f"\n== schedule {sdfg._distsdfg.schedule} on {comm.size} ranks")
         print(format_report(distsdfg.comm_report(sdfg, nprocs=comm.size, **symbols)))

@@ -55,3 +55,14 @@ def test_auto_schedule_not_available_is_a_clear_error(programs):
     sdfg = programs.get("add3d").sdfg()
     with pytest.raises(distsdfg.DistributedLoweringError, match="planner"):
         distsdfg.lower(sdfg, "auto", nprocs=4)
+
+
+def test_schedule_by_label(programs):
+    sd = programs.get("softmax").sdfg()
+    s = distsdfg.schedule_by_label(sd, {"reduce_output": (2, 1, 1, 1), "_Sub__map": (2, 1, 1, 1), "nope": (2,)})
+    assert s == {"Reduce.reduce_output": (2, 1, 1, 1), "Reduce_2.reduce_output": (2, 1, 1, 1),
+                 "_Sub__map": (2, 1, 1, 1), "nope": (2,)}
+    mm = programs.get("matmul").sdfg()
+    assert distsdfg.schedule_by_label(mm, {"gemm_map": (2, 2, 1)}) == {"_MatMult_.gemm_map": (2, 2, 1)}
+    sp = programs.get("spmv").sdfg()
+    assert list(distsdfg.schedule_by_label(sp, {"spmv": (4,)}, fuzzy=True).values()) == [(4,)]

@@ -23,27 +23,13 @@ def parse_case(text: str):
     return prog, grids
 
 
-def schedule_for(sdfg, grids):
-    import distsdfg
-    out = {}
-    infos = distsdfg.maps(sdfg)
-    for label, g in grids.items():
-        hits = [m for m in infos if m.key == label or m.label == label or m.key.endswith("." + label)]
-        hits = hits or [m for m in infos if label in m.key]
-        if not hits:
-            raise KeyError(f"no map labelled {label}; maps: {[m.key for m in infos]}")
-        for m in hits:
-            out.setdefault(m.key, g)
-    return out
-
-
 def run_case(text: str, comm):
     import distsdfg
     from distsdfg.testing.programs import get
     name, grids = parse_case(text)
     p = get(name)
     sdfg = p.sdfg()
-    sched = schedule_for(sdfg, grids)
+    sched = distsdfg.schedule_by_label(sdfg, grids, fuzzy=True)
     distsdfg.lower(sdfg, sched)
     from distsdfg.runtime import symbol_values
     symbols = dict(p.symbols)

@@ -3,8 +3,9 @@ from .errors import *  # noqa: F401,F403
 from .schedule import Schedule
 from .kernels import MapInfo
 from .plan import CommStep
-from .api import maps, lower, compile, comm_report, schedule_by_label
+from .redistribute import CommPlan
+from .api import maps, lower, compile, comm_report, comm_plans, schedule_by_label
 
-__all__ = ["Schedule", "MapInfo", "CommStep", "maps", "lower", "compile", "comm_report", "schedule_by_label", "ScheduleError",
-           "DistributedLoweringError"]
+__all__ = ["Schedule", "MapInfo", "CommStep", "CommPlan", "maps", "lower", "compile", "comm_report", "comm_plans",
+           "schedule_by_label", "ScheduleError", "DistributedLoweringError"]
 __version__ = "0.1.0"

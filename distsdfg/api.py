@@ -8,11 +8,11 @@ from dace.sdfg import SDFG
 from .errors import DistributedLoweringError
 from .kernels import MapInfo, maps
 from .lowering import lower_sdfg
-from .report import comm_report
+from .report import comm_plans, comm_report
 from .runtime import DistributedProgram, compile_distributed
 from .schedule import Schedule, ScheduleLike, as_schedule
 
-__all__ = ["maps", "lower", "compile", "comm_report", "schedule_by_label", "MapInfo", "Schedule"]
+__all__ = ["maps", "lower", "compile", "comm_report", "comm_plans", "schedule_by_label", "MapInfo", "Schedule"]
 
 
 def schedule_by_label(sdfg: SDFG, grids: dict, *, fuzzy: bool = False) -> dict:

@@ -64,6 +64,11 @@ def cmd_plan(args):
                            "received": list(s.received)} for s in steps], indent=1))
     else:
         print(f"schedule: {sdfg._distsdfg.schedule}")
+        plans = distsdfg.comm_plans(sdfg, nprocs=args.n, **_sizes(args.sizes))
+        if plans:
+            print("between kernels:")
+            for p in plans:
+                print(f"  {p}")
         print(format_report(steps))
 
 

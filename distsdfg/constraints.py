@@ -51,6 +51,10 @@ class ArrayConstraint:
     write_exact: bool = True              # every element of ``write`` is written
     op: Optional[str] = None              # reduction operator of a conflicting write
     init_covered: bool = True             # a plain write initialises the block before accumulation
+    write_covers: bool = False            # the ranks' writes together cover the whole array, exactly
+    read_covers: bool = False             # the ranks' read blocks together cover the whole array
+    split_reduction: bool = False         # ranks hold partial results (a reduced axis is split)
+    write_full: bool = False              # the ranks' write blocks together cover the whole array
 
     @property
     def is_read(self) -> bool:
@@ -178,12 +182,16 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
             desc = m.arrays[arr]
             rec = per_array.setdefault(arr, {"reads": [], "writes": [], "alloc": [], "ndim": len(desc.shape),
                                              "shape": tuple(desc.shape), "ops": set(), "exact": [],
-                                             "plain_exact": [], "dtype": desc.dtype})
+                                             "plain_exact": [], "dtype": desc.dtype, "full": set(),
+                                             "split": False})
             for direction, memlets in (("reads", acc.reads), ("writes", acc.writes)):
                 if not memlets:
                     continue
                 cm = dc.propagate(memlets, desc, m.info.params, clamped)
                 um = dc.propagate(memlets, desc, m.info.params, unclamped)
+                whole = _as_box(dc.propagate(memlets, desc, m.info.params, m.info.ranges).subset)
+                if _same_box(whole, tuple((sympy.Integer(0), sympy.sympify(n) - 1) for n in desc.shape)):
+                    rec["full"].add(direction)
                 rec[direction].append(_as_box(cm.subset))
                 rec["alloc"].append(_as_box(um.subset))
                 if direction == "writes":
@@ -197,6 +205,10 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
                                     f"which has no MPI reduction; use +, *, max or min, or schedule the map "
                                     f"with a grid of ones")
                             rec["ops"].add(op)
+                            used = set(_dim_params(w, m.info.params))
+                            mgrid = plan.map_grids[m.info.key]
+                            if any(g > 1 and p not in used for p, g in zip(m.info.params, mgrid)):
+                                rec["split"] = True
                         else:
                             single = _as_box(dc.propagate([w], desc, m.info.params, clamped).subset)
                             if _exact(w, m.info.params) and _same_box(single, box):
@@ -222,7 +234,10 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
             raise UnsupportedProgramError(f"`{kernel.label}` both overwrites part of `{arr}` and accumulates into it")
         exact = op is not None or bool(rec["plain_exact"])
         alloc_start, alloc_shape = _alloc(rec["alloc"], rec["shape"])
-        plan.arrays[arr] = ArrayConstraint(arr, rec["reads"], write, alloc_start, alloc_shape, exact, op, init_covered)
+        plan.arrays[arr] = ArrayConstraint(arr, rec["reads"], write, alloc_start, alloc_shape, exact, op, init_covered,
+                                           write is not None and exact and init_covered and "writes" in rec["full"],
+                                           "reads" in rec["full"], op is not None and rec["split"],
+                                           write is not None and "writes" in rec["full"])
 
     # Library nodes run on whole local blocks: a split reduction axis must divide evenly.
     if kernel.kind == "library":

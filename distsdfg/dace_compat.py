@@ -16,6 +16,7 @@ from dace.sdfg import utils as sdutil
 __all__ = [
     "simplify", "repair_init_accumulate_races", "propagate", "reduction_op", "force_pure_expansion",
     "standalone_expansion", "top_level_nodes", "all_states", "pystr", "sym", "int_ceil", "Min",
+    "program_segments", "interstate_reads", "viewed_arrays", "remove_unused_transients", "reshape_views",
 ]
 
 int_ceil = symbolic.int_ceil
@@ -202,3 +203,129 @@ def ensure_mpi_on_path() -> None:
     b = mpi_bin_dir()
     if b and b not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = b + os.pathsep + os.environ.get("PATH", "")
+
+
+def program_segments(sdfg: SDFG) -> Tuple[List[List[SDFGState]], bool]:
+    """States in program order, cut where control flow is not a straight line.
+
+    A top-level chain of plain states is one segment (``linear`` is True). Otherwise
+    (loops, branches, regions) every state is its own segment, in ``all_states`` order.
+    """
+    top = list(sdfg.nodes())
+    linear = all(isinstance(n, SDFGState) for n in top) and all(
+        sdfg.out_degree(n) <= 1 and sdfg.in_degree(n) <= 1 for n in top)
+    if linear and top:
+        starts = [n for n in top if sdfg.in_degree(n) == 0]
+        if len(starts) == 1:
+            order, cur = [], starts[0]
+            while cur is not None and cur not in order:
+                order.append(cur)
+                succ = sdfg.successors(cur)
+                cur = succ[0] if succ else None
+            if len(order) == len(top):
+                return [order], True
+    return [[st] for st in sdfg.all_states()], False
+
+
+def interstate_reads(sdfg: SDFG, state: SDFGState) -> set:
+    """Arrays read by the conditions and assignments of the edges leaving ``state``."""
+    out = set()
+    graph = state.parent_graph if hasattr(state, "parent_graph") else sdfg
+    for e in graph.out_edges(state):
+        out |= {s for s in e.data.read_symbols() if s in sdfg.arrays}
+    return out
+
+
+def reshape_views(sdfg: SDFG) -> Dict[str, str]:
+    """Views that are a row-major reshape of a whole array: ``{view: array}``.
+
+    Data in such a view has the array's memory order, so a block of one is a block of the
+    other when the split does not cut across merged dimensions (checked when the plan is
+    solved, for concrete sizes). Strided views (transposes, slices) are not included.
+    """
+    out = {}
+    for name, desc in sdfg.arrays.items():
+        if not isinstance(desc, dt.View):
+            continue
+        default, acc = [], sympy.Integer(1)
+        for s in reversed(desc.shape):
+            default.insert(0, acc)
+            acc = acc * sympy.sympify(s)
+        strides = [sympy.sympify(x) for x in desc.strides]
+        if any(sympy.simplify(a - b) != 0 for a, b in zip(strides, default)) or any(
+                sympy.sympify(o) != 0 for o in (desc.offset or [])):
+            continue
+        targets = set()
+        for st in sdfg.all_states():
+            for n in st.data_nodes():
+                if n.data != name:
+                    continue
+                for e in st.all_edges(n):
+                    other = e.dst if e.src is n else e.src
+                    if not isinstance(other, nodes.AccessNode):
+                        continue
+                    odesc = sdfg.arrays[other.data]
+                    if isinstance(odesc, dt.View):
+                        targets.add(None)
+                        continue
+                    full = [sympy.sympify(x) for x in odesc.shape]
+                    sub = e.data.subset if e.data.data == other.data else e.data.other_subset
+                    if sub is None or [sympy.sympify(x) for x in sub.size()] != full:
+                        targets.add(None)
+                    targets.add(other.data)
+        if len(targets) != 1 or None in targets:
+            continue
+        target = targets.pop()
+        if sympy.simplify(sympy.sympify(desc.total_size) - sympy.sympify(sdfg.arrays[target].total_size)) != 0:
+            continue
+        out[name] = target
+    return out
+
+
+def viewed_arrays(sdfg: SDFG, exclude: Iterable[str] = ()) -> set:
+    """Views and the arrays they view (both are left to the root path, never fused), except the
+    views in ``exclude`` (their own arrays stay eligible unless another view touches them)."""
+    exclude = set(exclude)
+    out = {name for name, desc in sdfg.arrays.items() if isinstance(desc, dt.View) and name not in exclude}
+    for st in sdfg.all_states():
+        for n in st.data_nodes():
+            if n.data in out:
+                for e in st.all_edges(n):
+                    for other in (e.src, e.dst):
+                        if isinstance(other, nodes.AccessNode):
+                            out.add(other.data)
+    return out
+
+
+def remove_unused_transients(sdfg: SDFG, names: Iterable[str]) -> List[str]:
+    """Drop isolated access nodes of ``names`` and the transients no state accesses any more."""
+    names = set(names)
+    for st in sdfg.all_states():
+        for n in list(st.data_nodes()):
+            if n.data in names and st.degree(n) == 0:
+                st.remove_node(n)
+    used = {n.data for st in sdfg.all_states() for n in st.data_nodes()}
+    for e in sdfg.all_interstate_edges():
+        used |= set(e.data.read_symbols())
+    removed = []
+    for name in sorted(names):
+        desc = sdfg.arrays.get(name)
+        if desc is not None and desc.transient and name not in used:
+            sdfg.remove_data(name, validate=False)
+            removed.append(name)
+    return removed
+
+
+def constant_map_value(state: SDFGState, entry: nodes.MapEntry) -> Optional[float]:
+    """The number a map writes everywhere (``out = 0`` in a tasklet without inputs), else None."""
+    import re
+    inner = [n for n in state.scope_subgraph(entry, include_entry=False, include_exit=False).nodes()]
+    if len(inner) != 1 or not isinstance(inner[0], nodes.Tasklet):
+        return None
+    t = inner[0]
+    if any(not e.data.is_empty() for e in state.in_edges(t)) or len(t.out_connectors) != 1:
+        return None
+    m = re.fullmatch(r"\s*(\w+)\s*=\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*;?\s*", t.code.as_string or "")
+    if m is None or m.group(1) not in t.out_connectors:
+        return None
+    return float(m.group(2))

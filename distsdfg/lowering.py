@@ -16,12 +16,13 @@ from .constraints import ArrayConstraint, KernelPlan, kernel_constraints
 from .errors import DistributedLoweringError, ScheduleError, UnsupportedProgramError
 from .kernels import Kernel, find_kernels
 from .mpi import DistributedMemlet
-from .plan import StepSpec
+from .plan import Layout, StepSpec
 from .schedule import Schedule
 
 __all__ = ["Lowered", "lower_sdfg", "PLAN_ARRAY", "PLAN_LEN"]
 
 PLAN_ARRAY = "__dsdfg_plan"
+_IDENTITY = {"sum": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf")}
 PLAN_LEN = "__dsdfg_plan_len"
 
 
@@ -59,14 +60,71 @@ def _local_name(sdfg: SDFG, arr: str, k: int) -> str:
     return name
 
 
+@dataclasses.dataclass
+class Holding:
+    """A distributed copy of an array's current value: a kernel's local buffer and its layout."""
+    layout: Layout
+    kind: str                       # kernel kind of the buffer: "map" (offset indices) or "library"
+    grid: Tuple[int, ...]
+    rank_syms: Tuple
+    alloc_start: Tuple
+    alloc_shape: Tuple
+    boxes: Tuple
+    state: SDFGState
+    node: nodes.AccessNode
+    const: Optional[float] = None   # the producer wrote this number everywhere
+
+    @property
+    def partial(self) -> bool:
+        return self.layout.op is not None
+
+
+@dataclasses.dataclass
+class ArrayState:
+    """Where an array's current value lives between kernels."""
+    holdings: List[Holding] = dataclasses.field(default_factory=list)
+    root_valid: bool = True
+
+
 class _Rewriter:
-    def __init__(self, sdfg: SDFG):
+    """Rewrites kernels in program order, keeping data distributed between them (thesis 4.5).
+
+    Every kernel gets local buffers. A kernel's input comes from the array's latest distributed
+    copy when there is one (a grid-to-grid ``redist`` step, or the very buffer when the layouts
+    are provably equal), else from rank 0 (``scatter``). A kernel that writes a whole array
+    leaves a distributed copy behind; it is gathered to rank 0 only when something there
+    reads it next (a node we do not distribute, a read-modify-write kernel) or when the program
+    ends and the array is not a transient.
+    """
+
+    def __init__(self, sdfg: SDFG, *, linear: bool, viewed: set, views: Dict[str, str]):
         self.sdfg = sdfg
+        self.views = views
         self.steps: List[StepSpec] = []
+        self.linear = linear
+        self.viewed = viewed
+        self.data: Dict[str, ArrayState] = {}
+        self.future: List[Tuple] = []     # remaining events of the segment, for look-ahead
+        self.touched: set = set()         # global arrays whose access nodes we edited
 
     # -- helpers --------------------------------------------------------------------------------
+    def root(self, arr: str) -> str:
+        """The array a unit-dimension view stands for (the array itself otherwise)."""
+        return self.views.get(arr, arr)
+
+    def coords(self, arr: str, c: ArrayConstraint, boxes):
+        """``(array, boxes, origin, local shape, view shape)``: a view's blocks stay in the view's
+        coordinates and are mapped onto the array's when the plan is solved."""
+        if arr not in self.views:
+            return arr, boxes, c.alloc_start, c.alloc_shape, ()
+        return (self.views[arr], boxes, c.alloc_start, c.alloc_shape,
+                tuple(str(s) for s in self.sdfg.arrays[arr].shape))
+
     def spec(self, kp: KernelPlan, kind: str, arr: str, local: str, c: ArrayConstraint, boxes, *, op=None,
-             acc=False) -> StepSpec:
+             acc=False, source: Optional[Layout] = None) -> StepSpec:
+        start, shape, view = c.alloc_start, c.alloc_shape, ()
+        if kind == "redist":     # between distributed copies: named by the underlying array
+            arr, boxes, start, shape, view = self.coords(arr, c, boxes)
         desc = self.sdfg.arrays[arr]
         np_dtype = np.dtype(desc.dtype.as_numpy_dtype())
         s = StepSpec(
@@ -74,8 +132,9 @@ class _Rewriter:
             kernel_label=kp.kernel.label, dtype=np_dtype.name, itemsize=np_dtype.itemsize, grid=kp.grid,
             rank_syms=tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid)),
             boxes=tuple(tuple((str(b), str(e)) for b, e in box) for box in boxes),
-            origin=tuple(str(o) for o in c.alloc_start), local_shape=tuple(str(s) for s in c.alloc_shape),
-            global_shape=tuple(str(s) for s in desc.shape), op=op, acc=acc, exact=c.write_exact)
+            origin=tuple(str(o) for o in start), local_shape=tuple(str(s) for s in shape),
+            global_shape=tuple(str(s) for s in desc.shape), op=op, acc=acc, exact=c.write_exact, source=source,
+            view_shape=view)
         self.steps.append(s)
         return s
 
@@ -108,12 +167,165 @@ class _Rewriter:
             return max(cands, key=lambda n: order.get(n, -1))
         return state.add_read(arr)
 
+    def layout(self, kp: KernelPlan, arr: str, local: str, c: ArrayConstraint, boxes, op=None) -> Layout:
+        _, boxes, start, shape, view = self.coords(arr, c, boxes)
+        return Layout(local, kp.kernel.label, kp.grid,
+                      tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid)),
+                      tuple(tuple((str(b), str(e)) for b, e in box) for box in boxes),
+                      tuple(str(o) for o in start), tuple(str(s) for s in shape), op, view)
+
+    def holding(self, kp, arr, local, c, boxes, op, state, node) -> Holding:
+        # Through a view the buffer's indexing differs from the array's: never alias it ("kind").
+        kind = kp.kernel.kind + ("+view" if arr in self.views else "")
+        return Holding(self.layout(kp, arr, local, c, boxes, op), kind, kp.grid, kp.rank_syms,
+                       tuple(c.alloc_start), tuple(c.alloc_shape), tuple(boxes), state, node)
+
+    def state_of(self, arr: str) -> ArrayState:
+        return self.data.setdefault(self.root(arr), ArrayState())
+
+    # -- data flow between kernels ----------------------------------------------------------------
+    def fusable(self, arr: str) -> bool:
+        arr = self.root(arr)
+        return arr not in self.viewed and not isinstance(self.sdfg.arrays[arr], dace.data.Scalar)
+
+    def touches(self, kp: KernelPlan) -> Dict[str, ArrayConstraint]:
+        return {self.root(a): c for a, c in kp.arrays.items()}
+
+    def write_mode(self, arr: str, c: ArrayConstraint) -> str:
+        """How a kernel's write of ``arr`` is treated: 'hold' (its blocks become the array's distributed
+        copy), 'acc' (it accumulates into the current value, which it reads first, into a copy it then
+        holds) or 'root' (the result goes back to rank 0 at once)."""
+        if not self.fusable(arr):
+            return "root"
+        if c.write_covers:
+            return "hold"
+        if c.partial and not c.init_covered and c.write_full and not c.is_read:
+            return "acc"
+        return "root"
+
+    def next_use(self, arr: str) -> str:
+        """What happens to ``arr`` next in this segment: 'hold' (a kernel overwrites it whole),
+        'root' (something needs rank 0's copy) or 'end'. Kernel reads do not count."""
+        arr = self.root(arr)
+        for ev in self.future:
+            if ev[0] == "kernel":
+                c = self.touches(ev[1]).get(arr)
+                if c is not None and c.write is not None:
+                    return "root" if self.write_mode(arr, c) == "root" else "hold"
+            elif arr in ev[1]:
+                return "root"
+        return "end"
+
+    def needs_gather(self, arr: str) -> bool:
+        nxt = self.next_use(arr)
+        if nxt == "root":
+            return True
+        if nxt == "end":
+            return not self.sdfg.arrays[self.root(arr)].transient or not self.linear
+        return False
+
+    def source_for(self, kp: KernelPlan, arr: str, c: ArrayConstraint) -> Optional[Holding]:
+        st = self.data.get(self.root(arr))
+        if st is None or not st.holdings or not self.fusable(arr):
+            return None
+        return st.holdings[-1]
+
+    def can_alias(self, h: Holding, kp: KernelPlan, c: ArrayConstraint, arr_is_view: bool = False) -> bool:
+        """The consumer can read the holder's buffer as is: same grid, same block, same indexing."""
+        if h.partial or c.write is not None or h.kind != kp.kernel.kind or arr_is_view:
+            return False
+        if len(c.reads) != 1 or len(h.boxes) != 1:
+            return False
+        # Grids equal up to axes of size one number ranks alike: match their split axes in order.
+        mine = [(s, g) for s, g in zip(kp.rank_syms, kp.grid) if g > 1]
+        theirs = [(s, g) for s, g in zip(h.rank_syms, h.grid) if g > 1]
+        if [g for _, g in mine] != [g for _, g in theirs]:
+            return False
+        sub = {s: t for (s, _), (t, _) in zip(mine, theirs)}
+
+        def same(a, b):
+            return sympy.simplify(sympy.sympify(a).subs(sub, simultaneous=True) - sympy.sympify(b)) == 0
+
+        pairs = list(zip(c.alloc_start, h.alloc_start)) + list(zip(c.alloc_shape, h.alloc_shape))
+        for (s0, e0), (s1, e1) in zip(c.reads[0], h.boxes[0]):
+            pairs += [(s0, s1), (e0, e1)]
+        return all(same(a, b) for a, b in pairs)
+
+    def holder_node(self, h: Holding, state: SDFGState) -> nodes.AccessNode:
+        return h.node if h.state is state else state.add_read(h.layout.local)
+
+    def read_input(self, kp: KernelPlan, arr: str, c: ArrayConstraint, state: SDFGState, src_node, local_of,
+                   boxes=None):
+        """The access node a kernel reads ``arr`` from (its local buffer, filled here)."""
+        boxes = c.reads if boxes is None else boxes
+        h = self.source_for(kp, arr, c)
+        if h is not None and c.is_read and self.can_alias(h, kp, c, arr in self.views):
+            return self.holder_node(h, state), h.layout.local
+        local = local_of()
+        lr = state.add_access(local)
+        if h is not None:
+            self.dm(state, self.spec(kp, "redist", arr, local, c, boxes, source=h.layout), self.holder_node(h, state),
+                    lr)
+        else:
+            if not self.state_of(arr).root_valid:
+                raise DistributedLoweringError(f"internal: `{arr}` is neither on rank 0 nor distributed before "
+                                               f"`{kp.kernel.label}`")
+            if src_node is None:
+                src_node = self.upstream_source(state, arr, kp.kernel.node)
+            self.dm(state, self.spec(kp, "scatter", arr, local, c, boxes), src_node, lr)
+        if c.write is None and c.read_covers and self.fusable(arr):
+            self.state_of(arr).holdings.append(self.holding(kp, arr, local, c, c.reads, None, state, lr))
+        return lr, local
+
+    def write_output(self, kp: KernelPlan, arr: str, c: ArrayConstraint, state: SDFGState, lw, dst_node):
+        st = self.state_of(arr)
+        mode = self.write_mode(arr, c)
+        if mode in ("hold", "acc"):
+            op = c.op if c.split_reduction else None
+            h = self.holding(kp, arr, lw.data, c, [c.write], op, state, lw)
+            if kp.kernel.kind == "map" and mode == "hold" and op is None:
+                h.const = dc.constant_map_value(state, kp.kernel.node)
+            st.holdings = [h]
+            st.root_valid = False
+            if self.needs_gather(arr):
+                if mode == "hold":
+                    step = self.write_step(kp, arr, lw.data, c)
+                elif op is not None:   # the blocks already hold the old value (once): a plain reduction
+                    step = self.spec(kp, "reduce", arr, lw.data, c, [c.write], op=op, acc=False)
+                else:
+                    step = self.spec(kp, "gather", arr, lw.data, c, [c.write])
+                self.dm(state, step, lw, dst_node)
+                st.root_valid = True
+        else:
+            self.dm(state, self.write_step(kp, arr, lw.data, c), lw, dst_node)
+            st.holdings, st.root_valid = [], True
+
+    def root_access(self, arrays: set, writes: set):
+        for arr in writes:
+            self.state_of(arr).holdings = []
+            self.state_of(arr).root_valid = True
+
     def pre_steps(self, state, kp, arr, c, local, target):
         """Local buffer initialisation the kernel needs before it runs (identity fill or read-modify-write)."""
         if c.write is None or c.is_read:
             return
         pre = None
-        if c.partial and not c.init_covered:
+        h = self.source_for(kp, arr, c)
+        if self.write_mode(arr, c) == "acc" and h is not None and h.const == _IDENTITY[c.op]:
+            # The array was just reset to the operator's identity (an einsum's reset map): the
+            # accumulation can start from the identity on every rank, nothing to move.
+            pre = state.add_access(local)
+            self.dm(state, self.spec(kp, "fill", arr, local, c, [c.write], op=c.op), None, pre)
+        elif self.write_mode(arr, c) == "acc":      # start from the current value of the block
+            pre, _ = self.read_input(kp, arr, c, state, None, lambda: local, boxes=[c.write])
+            if c.split_reduction:
+                # Ranks that share the block each add a partial result: only the first keeps the
+                # old value, the others start from the operator's identity.
+                again = state.add_access(local)
+                fill = self.dm(state, self.spec(kp, "fill", arr, local, c, [c.write], op=c.op, acc=True), None, again)
+                state.add_nedge(pre, fill, dace.Memlet())
+                pre = again
+        elif c.partial and not c.init_covered:
             pre = state.add_access(local)
             self.dm(state, self.spec(kp, "fill", arr, local, c, [c.write], op=c.op), None, pre)
         elif not c.partial and not c.write_exact:
@@ -128,6 +340,24 @@ class _Rewriter:
             return self.spec(kp, "reduce", arr, local, c, [c.write], op=c.op, acc=not c.init_covered)
         return self.spec(kp, "gather", arr, local, c, [c.write])
 
+    def drop_if_isolated(self, state: SDFGState, node: nodes.AccessNode):
+        """Remove ``node`` when nothing reads or writes it any more (with its unit views, which only
+        connect it to itself)."""
+        if node not in state.nodes() or not isinstance(node, nodes.AccessNode):
+            return
+        group, todo = {node}, [node]
+        while todo:
+            n = todo.pop()
+            for e in state.all_edges(n):
+                other = e.dst if e.src is n else e.src
+                if not isinstance(other, nodes.AccessNode) or self.root(other.data) != self.root(n.data):
+                    return          # still used by something else
+                if other not in group:
+                    group.add(other)
+                    todo.append(other)
+        for n in group:
+            state.remove_node(n)
+
     # -- kernels --------------------------------------------------------------------------------
     def map_kernel(self, kp: KernelPlan):
         k = kp.kernel
@@ -137,19 +367,29 @@ class _Rewriter:
         me.map.range = kp.tiled_range(amap, clamp=True)
         inner = dc.scope_edges(state, me)
         for arr, c in kp.arrays.items():
-            local = self.add_local(kp, arr, c, offset=True)
+            names = {}
+
+            def local_of(arr=arr, c=c):
+                if "local" not in names:
+                    names["local"] = self.add_local(kp, arr, c, offset=True)
+                return names["local"]
+
+            ins = [e for e in state.in_edges(me) if not e.data.is_empty() and e.data.data == arr]
+            if c.is_read:
+                lr, local = self.read_input(kp, arr, c, state, ins[0].src, local_of)
+                box = subsets.Range([(s, sympy.sympify(s) + sympy.sympify(n) - 1, 1)
+                                     for s, n in zip(c.alloc_start, c.alloc_shape)])
+                for e in ins:
+                    state.add_edge(lr, None, me, e.dst_conn, dace.Memlet(data=local, subset=box))
+                    state.remove_edge(e)
+                    self.drop_if_isolated(state, e.src)
+            else:
+                local = local_of()
             box = subsets.Range([(s, sympy.sympify(s) + sympy.sympify(n) - 1, 1)
                                  for s, n in zip(c.alloc_start, c.alloc_shape)])
             for e in inner:
                 if e.data.data == arr:
                     e.data.data = local
-            if c.is_read:
-                ins = [e for e in state.in_edges(me) if not e.data.is_empty() and e.data.data == arr]
-                lr = state.add_access(local)
-                self.dm(state, self.spec(kp, "scatter", arr, local, c, c.reads), ins[0].src, lr)
-                for e in ins:
-                    state.add_edge(lr, None, me, e.dst_conn, dace.Memlet(data=local, subset=box))
-                    state.remove_edge(e)
             self.pre_steps(state, kp, arr, c, local, me)
             if c.write is not None:
                 outs = [e for e in state.out_edges(mx) if not e.data.is_empty() and e.data.data == arr]
@@ -158,33 +398,88 @@ class _Rewriter:
                     state.add_edge(mx, e.src_conn, lw, None, dace.Memlet(data=local, subset=box,
                                                                           wcr=e.data.wcr if c.partial else None))
                     state.remove_edge(e)
-                self.dm(state, self.write_step(kp, arr, local, c), lw, outs[0].dst)
-                for e in outs[1:]:
-                    if state.degree(e.dst) == 0:
-                        state.remove_node(e.dst)
+                self.write_output(kp, arr, c, state, lw, outs[0].dst)
+                for e in outs:
+                    self.drop_if_isolated(state, e.dst)
 
     def library_kernel(self, kp: KernelPlan):
         k = kp.kernel
         state, node = k.state, k.node
         locals_: Dict[str, str] = {}
-        for arr, c in kp.arrays.items():
-            locals_[arr] = self.add_local(kp, arr, c, offset=False)
+
+        def local_of(arr):
+            if arr not in locals_:
+                locals_[arr] = self.add_local(kp, arr, kp.arrays[arr], offset=False)
+            return locals_[arr]
+
         for e in [e for e in state.in_edges(node) if not e.data.is_empty()]:
             arr = e.data.data
-            c, local = kp.arrays[arr], locals_[arr]
-            lr = state.add_access(local)
-            self.dm(state, self.spec(kp, "scatter", arr, local, c, c.reads or [c.write]), e.src, lr)
-            state.add_edge(lr, None, node, e.dst_conn, dace.Memlet.from_array(local, self.sdfg.arrays[local]))
+            c = kp.arrays[arr]
+            if arr in locals_ and c.write is None:     # a second connector reading the same array
+                lr = state.add_read(locals_[arr])
+            else:
+                lr, locals_[arr] = self.read_input(kp, arr, c, state, e.src, lambda arr=arr: local_of(arr))
+            state.add_edge(lr, None, node, e.dst_conn, dace.Memlet.from_array(lr.data, self.sdfg.arrays[lr.data]))
             state.remove_edge(e)
+            self.drop_if_isolated(state, e.src)
         for arr, c in kp.arrays.items():
-            self.pre_steps(state, kp, arr, c, locals_[arr], node)
+            if c.write is not None:
+                self.pre_steps(state, kp, arr, c, local_of(arr), node)
         for e in [e for e in state.out_edges(node) if not e.data.is_empty()]:
             arr = e.data.data
-            c, local = kp.arrays[arr], locals_[arr]
-            lw = state.add_access(local)
-            state.add_edge(node, e.src_conn, lw, None, dace.Memlet.from_array(local, self.sdfg.arrays[local]))
-            self.dm(state, self.write_step(kp, arr, local, c), lw, e.dst)
+            c = kp.arrays[arr]
+            lw = state.add_access(local_of(arr))
+            state.add_edge(node, e.src_conn, lw, None, dace.Memlet.from_array(lw.data, self.sdfg.arrays[lw.data]))
             state.remove_edge(e)
+            self.write_output(kp, arr, c, state, lw, e.dst)
+            self.drop_if_isolated(state, e.dst)
+
+    # -- program order ----------------------------------------------------------------------------
+    def events(self, states: List[SDFGState], plans: Dict[nodes.Node, KernelPlan]) -> List[Tuple]:
+        """Kernels and rank-0 accesses of ``states`` in program order (before any rewriting)."""
+        from dace import data as dt
+        out: List[Tuple] = []
+        for st in states:
+            for n in dc.top_level_nodes(st):
+                if n in plans:
+                    out.append(("kernel", plans[n]))
+                elif isinstance(n, nodes.AccessNode):
+                    # A copy between arrays; a unit view and its array are one array here.
+                    touched = {e.dst.data for e in st.out_edges(n) if isinstance(e.dst, nodes.AccessNode)
+                               and self.root(e.dst.data) != self.root(n.data)}
+                    if touched:
+                        out.append(("root", touched | {n.data}, touched))
+                elif not isinstance(n, (nodes.ExitNode,)):
+                    reads = {e.data.data for e in st.in_edges(n) if not e.data.is_empty()}
+                    writes = {e.data.data for e in st.out_edges(n) if not e.data.is_empty()}
+                    if isinstance(n, nodes.EntryNode):      # a scope we do not distribute
+                        ex = st.exit_node(n)
+                        writes |= {e.data.data for e in st.out_edges(ex) if not e.data.is_empty()}
+                    if reads or writes:
+                        out.append(("root", reads | writes, writes))
+            reads = dc.interstate_reads(self.sdfg, st)
+            if reads:
+                out.append(("root", reads, set()))
+        return out
+
+    def run(self, segments: List[List[SDFGState]], plans: Dict[nodes.Node, KernelPlan]):
+        for states in segments:
+            self.data = {}
+            self.future = self.events(states, plans)
+            while self.future:
+                ev = self.future.pop(0)
+                if ev[0] == "kernel":
+                    kp = ev[1]
+                    for s, g in zip(kp.rank_syms, kp.grid):
+                        if g > 1 and str(s) not in self.sdfg.symbols:
+                            self.sdfg.add_symbol(str(s), dace.int64)
+                    self.touched |= set(kp.arrays) | set(self.touches(kp))
+                    if kp.kernel.kind == "map":
+                        self.map_kernel(kp)
+                    else:
+                        self.library_kernel(kp)
+                else:
+                    self.root_access({self.root(a) for a in ev[1]}, {self.root(a) for a in ev[2]})
 
 
 def _schedule_hash(sdfg_name: str, schedule: Schedule, target: str) -> str:
@@ -224,16 +519,13 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu") -> SDFG:
 
     sdfg.add_symbol(PLAN_LEN, dace.int64)
     sdfg.add_array(PLAN_ARRAY, [dc.sym(PLAN_LEN)], dace.int64)
-    rw = _Rewriter(sdfg)
+    segments, linear = dc.program_segments(sdfg)
+    views = dc.reshape_views(sdfg)
+    rw = _Rewriter(sdfg, linear=linear, viewed=dc.viewed_arrays(sdfg, exclude=views), views=views)
+    rw.run(segments, {kp.kernel.node: kp for kp in plans})
+    dc.remove_unused_transients(sdfg, rw.touched)
     kgrids = []
     for kp in plans:
-        for s, g in zip(kp.rank_syms, kp.grid):
-            if g > 1 and str(s) not in sdfg.symbols:
-                sdfg.add_symbol(str(s), dace.int64)
-        if kp.kernel.kind == "map":
-            rw.map_kernel(kp)
-        else:
-            rw.library_kernel(kp)
         kgrids.append(KernelGrid(kp.kernel.index, kp.kernel.label, tuple(m.info.key for m in kp.kernel.maps),
                                  kp.grid, tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid))))
     original = sdfg.name

@@ -11,14 +11,34 @@ import sympy
 
 from . import dace_compat as dc
 
-__all__ = ["StepSpec", "RankBlock", "ConcreteStep", "CommStep", "solve_step", "encode_plan", "comm_steps",
-           "DTYPE_CODES", "OP_CODES"]
+__all__ = ["Layout", "StepSpec", "RankBlock", "ConcreteStep", "ConcreteRedist", "CommStep", "solve_step",
+           "encode_plan", "comm_steps", "DTYPE_CODES", "OP_CODES"]
 
 DTYPE_CODES = {"float32": 0, "float64": 1, "int32": 2, "int64": 3, "uint32": 4, "uint64": 5, "int8": 6, "uint8": 7,
                "int16": 8, "uint16": 9, "complex64": 10, "complex128": 11, "bool": 12}
 OP_CODES = {None: 0, "sum": 1, "prod": 2, "max": 3, "min": 4}
-KIND_CODES = {"scatter": 1, "gather": 2, "reduce": 3, "fill": 4}
+KIND_CODES = {"scatter": 1, "gather": 2, "reduce": 3, "fill": 4, "redist": 5}
+MODE_CODES = {"local": 0, "Allreduce": 1, "Reduce_scatter": 2, "Allgatherv": 3, "Alltoallw": 4, "Alltoallv": 5,
+              "Reduce": 6}
 F_ACC, F_MERGE, F_REPL, F_MASK = 1, 2, 4, 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where a distributed copy of an array lives: the block each rank of ``grid`` holds (symbolic).
+
+    ``boxes`` (start, end inclusive) bound the valid elements; ``origin`` is the global index of the
+    local buffer's first element; ``op`` marks partial results still to be combined.
+    """
+    local: str
+    kernel_label: str
+    grid: Tuple[int, ...]
+    rank_syms: Tuple[str, ...]
+    boxes: Tuple[Tuple[Tuple[str, str], ...], ...]
+    origin: Tuple[str, ...]
+    local_shape: Tuple[str, ...]
+    op: Optional[str] = None
+    view_shape: Tuple[str, ...] = ()     # boxes are in this reshape of the array (a DaCe View)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,10 +65,23 @@ class StepSpec:
     op: Optional[str] = None
     acc: bool = False              # reduce into the destination's current values
     exact: bool = True             # the written block is fully written
+    source: Optional[Layout] = None  # redist: the distributed copy the blocks come from
+    view_shape: Tuple[str, ...] = ()  # redist: boxes are in this reshape of the array
+
+    @property
+    def layout(self) -> Layout:
+        """The layout this step leaves behind (for a scatter or redist) or reads (gather, reduce)."""
+        return Layout(self.local, self.kernel_label, self.grid, self.rank_syms, self.boxes, self.origin,
+                      self.local_shape, self.op if self.kind == "reduce" else None, self.view_shape)
 
     def __str__(self):
+        if self.kind == "redist":
+            src = self.source
+            part = f" partial({src.op})" if src.op else ""
+            return (f"step {self.index}: redist  {self.array} ({src.kernel_label} grid {src.grid}{part} -> "
+                    f"{self.kernel_label} grid {self.grid})")
         what = {"scatter": "root -> blocks", "gather": "blocks -> root", "reduce": f"partial({self.op}) -> root",
-                "fill": f"identity({self.op}) -> block"}[self.kind]
+                "fill": f"identity({self.op}) -> block" + (" (but its first holder)" if self.acc else "")}[self.kind]
         return f"step {self.index}: {self.kind:7s} {self.array} ({what}) for {self.kernel_label} grid {self.grid}"
 
 
@@ -123,7 +156,8 @@ def evaluate(expr: str, values: Dict[str, int]) -> int:
         raise KeyError(f"symbol {exc.args[0]} has no value") from None
 
 
-def _block(spec: StepSpec, coords, values, gshape) -> RankBlock:
+def _block(spec, coords, values, gshape) -> RankBlock:
+    """The block of a StepSpec or Layout on the rank at grid ``coords`` (None: outside the grid)."""
     nd = len(gshape)
     if coords is None:
         return RankBlock((0,) * nd, (0,) * nd, (0,) * nd)
@@ -145,8 +179,73 @@ def _block(spec: StepSpec, coords, values, gshape) -> RankBlock:
     return RankBlock(origin, tuple(lo), tuple(h - l + 1 for l, h in zip(lo, hi)))
 
 
-def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int) -> ConcreteStep:
+@dataclasses.dataclass(frozen=True)
+class ConcreteRedist:
+    """A grid-to-grid step solved for concrete sizes: both layouts and the CommPlan between them."""
+    spec: StepSpec
+    nranks: int
+    global_shape: Tuple[int, ...]
+    src_lshape: Tuple[int, ...]
+    dst_lshape: Tuple[int, ...]
+    src_blocks: Tuple[RankBlock, ...]
+    dst_blocks: Tuple[RankBlock, ...]
+    plan: "CommPlan"
+
+
+def _box(b: RankBlock):
+    return (b.start, b.size) if b.count and all(b.size) else None
+
+
+def _layout_blocks(lay, array: str, values, nranks, gshape) -> Tuple[Tuple[RankBlock, ...], Tuple[int, ...]]:
+    """Per-rank blocks of a layout in the array's coordinates, and the (common) local buffer shape."""
+    from .errors import ScheduleError
+    from .redistribute import reshape_box
+    lshape = tuple(evaluate(s, values) for s in lay.local_shape)
+    blocks = [_block(lay, _coords(q, lay.grid), values,
+                     tuple(evaluate(s, values) for s in lay.view_shape) if lay.view_shape else gshape)
+              for q in range(nranks)]
+    if not lay.view_shape:
+        return tuple(blocks), lshape
+    vshape = tuple(evaluate(s, values) for s in lay.view_shape)
+    out, shapes = [], set()
+    for q, b in enumerate(blocks):
+        try:
+            if _box(b) is None:
+                out.append(RankBlock((0,) * len(gshape), (0,) * len(gshape), (0,) * len(gshape)))
+                continue
+            if any(o < 0 or o + n > v for o, n, v in zip(b.origin, lshape, vshape)):
+                raise ValueError("the local buffer reaches past the array")
+            alloc = reshape_box((b.origin, lshape), vshape, gshape)
+            box = reshape_box(_box(b), vshape, gshape)
+        except ValueError as exc:
+            raise ScheduleError(
+                f"`{array}` is used through the reshape {vshape} by `{lay.kernel_label}` (grid {lay.grid}), and the "
+                f"block of rank {q} is not a block of the array's shape {gshape} ({exc}); split the merged "
+                f"dimension evenly, or not at all") from None
+        shapes.add(alloc[1])
+        out.append(RankBlock(alloc[0], box[0], box[1]))
+    if len(shapes) > 1:
+        raise ScheduleError(f"`{array}` through the reshape {vshape} by `{lay.kernel_label}` gives ranks local blocks "
+                            f"of different shapes {sorted(shapes)}; use a grid that divides the reshaped dimensions "
+                            f"evenly")
+    return tuple(out), (shapes.pop() if shapes else tuple(1 for _ in gshape))
+
+
+def solve_redist(spec: StepSpec, values: Dict[str, int], nranks: int) -> ConcreteRedist:
+    from .redistribute import plan_redistribution
+    src = spec.source
+    gshape = tuple(evaluate(s, values) for s in spec.global_shape)
+    sblocks, slshape = _layout_blocks(src, spec.array, values, nranks, gshape)
+    dblocks, dlshape = _layout_blocks(spec.layout, spec.array, values, nranks, gshape)
+    plan = plan_redistribution(spec.array, [_box(b) for b in sblocks], [_box(b) for b in dblocks], src.op,
+                               spec.itemsize)
+    return ConcreteRedist(spec, nranks, gshape, slshape, dlshape, sblocks, dblocks, plan)
+
+
+def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int):
     """Per-rank blocks, and the partition/replicate sub-grids that move them (thesis 5.1)."""
+    if spec.kind == "redist":
+        return solve_redist(spec, values, nranks)
     gshape = tuple(evaluate(s, values) for s in spec.global_shape)
     lshape = tuple(evaluate(s, values) for s in spec.local_shape)
     grid = spec.grid
@@ -194,7 +293,39 @@ def _overlapping(blocks: List[RankBlock]) -> bool:
     return False
 
 
-def encode_step(cs: ConcreteStep) -> List[int]:
+def _encode_redist(cs: ConcreteRedist) -> List[int]:
+    spec, plan, P = cs.spec, cs.plan, cs.nranks
+    gshape, sl, dl = cs.global_shape, cs.src_lshape, cs.dst_lshape
+    nd = len(gshape)
+
+    def box(b, n):
+        return list(b[0]) + list(b[1]) if b is not None else [0] * n + [0] * n
+
+    if nd == 0:   # scalars travel as one-element vectors
+        gshape, sl, dl, nd = (1,), (1,), (1,), 1
+
+        def box(b, n):  # noqa: F811
+            return [0, 1] if b is not None else [0, 0]
+
+    color, key = [-1] * P, [0] * P
+    for i, g in enumerate(plan.groups):
+        for j, q in enumerate(g):
+            color[q], key[q] = i, j
+    out = [KIND_CODES["redist"], DTYPE_CODES[spec.dtype], OP_CODES[plan.op], nd, P, MODE_CODES[plan.collective]]
+    out += list(gshape) + list(sl) + list(dl)
+    pieces = plan.pieces or (None,) * P
+    for q in range(P):
+        out += list(cs.src_blocks[q].origin or (0,) * nd) + list(cs.dst_blocks[q].origin or (0,) * nd)
+        out += box(plan.src[q], nd) + box(plan.dst[q], nd) + box(pieces[q], nd) + [color[q], key[q]]
+    out.append(len(plan.messages))
+    for m in plan.messages:
+        out += [m.src, m.dst] + box(m.box, nd)
+    return out
+
+
+def encode_step(cs) -> List[int]:
+    if isinstance(cs, ConcreteRedist):
+        return _encode_redist(cs)
     spec = cs.spec
     nd = len(cs.global_shape)
     out = [KIND_CODES[spec.kind], DTYPE_CODES[spec.dtype], OP_CODES[spec.op], nd, cs.nranks, cs.flags]
@@ -217,8 +348,17 @@ def encode_plan(steps: Sequence[ConcreteStep]) -> np.ndarray:
     return np.array(flat if flat else [0], dtype=np.int64)
 
 
-def comm_steps(cs: ConcreteStep) -> List[CommStep]:
-    """The MPI calls a concrete step makes, with bytes sent and received per rank (self excluded)."""
+def comm_steps(cs) -> List[CommStep]:
+    """The MPI calls a concrete step makes, with bytes sent and received per rank (self excluded).
+
+    Calls that move nothing (a scatter to rank 0 alone, a local copy) are left out.
+    """
+    return [c for c in _comm_steps(cs) if any(c.sent) or any(c.received)]
+
+
+def _comm_steps(cs) -> List[CommStep]:
+    if isinstance(cs, ConcreteRedist):
+        return cs.plan.comm_steps()
     spec, P, item = cs.spec, cs.nranks, cs.spec.itemsize
     if spec.kind == "fill":
         return []

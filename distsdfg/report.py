@@ -8,7 +8,7 @@ from dace.sdfg import SDFG
 from .plan import CommStep, comm_steps
 from .runtime import lowered_of, solve_plan
 
-__all__ = ["comm_report", "format_report"]
+__all__ = ["comm_report", "comm_plans", "format_report"]
 
 
 def comm_report(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List[CommStep]:
@@ -21,6 +21,16 @@ def comm_report(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List[
     for cs in solve_plan(low, values, P):
         out.extend(comm_steps(cs))
     return out
+
+
+def comm_plans(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List["CommPlan"]:
+    """The CommPlan of every kernel boundary where data moves from one distributed layout to
+    another (grid-to-grid), in program order, for concrete sizes."""
+    from .plan import ConcreteRedist
+    low = lowered_of(sdfg)
+    values = {k: int(v) for k, v in sdfg.constants.items() if isinstance(v, (int,)) or hasattr(v, "__int__")}
+    values.update({k: int(v) for k, v in symbols.items()})
+    return [cs.plan for cs in solve_plan(low, values, nprocs or low.nprocs) if isinstance(cs, ConcreteRedist)]
 
 
 def format_report(steps: List[CommStep]) -> str:

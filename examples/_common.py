@@ -19,6 +19,8 @@ def run_schedule(prog, grids_by_label, inputs, reference, symbols=None, tol=1e-1
     distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, grids_by_label))
     if comm.rank == 0:
         print(f"\n== schedule {sdfg._distsdfg.schedule} on {comm.size} ranks")
+        for plan in distsdfg.comm_plans(sdfg, nprocs=comm.size, **symbols):
+            print(f"  between kernels: {plan}")
         print(format_report(distsdfg.comm_report(sdfg, nprocs=comm.size, **symbols)))
     fn = distsdfg.compile(sdfg)
     args = inputs if comm.rank == 0 else {k: np.zeros_like(v) for k, v in inputs.items()}

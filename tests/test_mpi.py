@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from distsdfg.launch import mpiexec_argv
+from distsdfg.testing.programs import MEGATRON_SCHEDULE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,9 +24,23 @@ CASES = {
         "spmv:spmv=4",
         "add_odd:_Mult__map=3,1;_Add__map=4,1",
     ],
-    8: ["add3d:_Add__map=2,2,2", "reduce_sum:reduce_output=2,4", "matmul:gemm_map=2,2,2"],
+    8: ["add3d:_Add__map=2,2,2", "reduce_sum:reduce_output=2,4", "matmul:gemm_map=2,2,2",
+        "repartition:_Mult__map=4,2;_Add__map=2,4"],
     2: ["spmv:spmv=2", "matmul:gemm_map=1,1,2"],
 }
+
+# Multi-kernel programs whose intermediates stay distributed (issue 3).
+MULTI = {
+    "chain": "chain:gemm_map=4,1,1",
+    "atax": "atax:_MatMult_._GEMV__map=4,1;_MatMult__2._GEMV__map=1,4",
+    "greatcircle": "greatcircle:*=4",
+    "megatron": "megatron:" + ";".join(f"{k}={','.join(map(str, v))}" for k, v in MEGATRON_SCHEDULE.items()),
+    "softmax_rows": "softmax:*=1,1,1,4",
+    "repartition": "repartition:_Mult__map=4,1;_Add__map=1,4",
+    "tiles_to_rows": "repartition:_Mult__map=2,2;_Add__map=4,1",
+    "mlp": "mlp:_MatMult_.gemm_map=1,4,1;_Add__map=1,4;_numpy_maximum__map=1,4;_MatMult__2.gemm_map=1,1,4",
+}
+CASES[4] += list(MULTI.values())
 
 
 def _run(nprocs, cases, tmp_path):
@@ -74,3 +89,69 @@ def test_projection_head_split_moves_no_weights_twice(results):
 def test_softmax_data_parallel_has_no_reductions(results):
     r = results[4][CASES[4][14]]
     assert not any(s["collective"] in ("Reduce", "Allreduce") for s in r["report"])
+
+
+# -- issue 3: data stays distributed between kernels ----------------------------------------------
+def _calls(r, arrays=None):
+    return [(s["collective"], s["array"]) for s in r["report"] if arrays is None or s["array"] in arrays]
+
+
+def _bytes(r, arrays=None):
+    return sum(sum(s["sent"]) for s in r["report"] if arrays is None or s["array"] in arrays)
+
+
+def test_chain_intermediate_never_moves(results):
+    r = results[4][MULTI["chain"]]
+    assert {a for _, a in _calls(r)} == {"A", "B", "C", "__return"}
+    # A row blocks scattered, B and C broadcast, the result gathered: nothing for A @ B.
+    assert _bytes(r) == 3 * (32 * 112 + 112 * 96 + 96 * 80 + 32 * 80) * 8
+
+
+def test_atax_scatters_A_once_and_reduces_partial_sums(results):
+    r = results[4][MULTI["atax"]]
+    assert _calls(r, {"A"}) == [("Scatterv", "A")]
+    assert {a for _, a in _calls(r)} == {"A", "x", "__return"}
+    assert _calls(r, {"__return"}) == [("Reduce", "__return")]
+
+
+def test_elementwise_chain_moves_inputs_and_output_once(results):
+    r = results[4][MULTI["greatcircle"]]
+    assert sorted(_calls(r)) == sorted([("Scatterv", a) for a in ("lat1", "lon1", "lat2", "lon2")]
+                                       + [("Gatherv", "__return")])
+    assert _bytes(r) == 5 * 3 * 25_000 * 8
+
+
+def test_megatron_one_allreduce_between_kernels(results):
+    r = results[4][MULTI["megatron"]]
+    inputs = {"x", "WQ", "WK", "WV", "WO", "W1"}
+    between = [c for c in _calls(r) if c[1] not in inputs and c[0] != "Gatherv"]
+    assert between == [("Allreduce", "out")]
+    assert all(c in ("Scatterv", "Bcast") for c, _ in _calls(r, inputs))
+    assert [c for c, _ in _calls(r) if c == "Gatherv"] == ["Gatherv"]     # the result, once
+
+
+def test_softmax_split_rows_allreduces_max_and_sum(results):
+    r = results[4][MULTI["softmax_rows"]]
+    calls = _calls(r)
+    assert [c for c, _ in calls] == ["Scatterv", "Allreduce", "Allreduce", "Gatherv"]
+    # One row statistic per (b, h, i): 8 * 16 * 32 float32 values, reduced across the 4 ranks.
+    assert all(sum(s["sent"]) == 4 * 2 * (4096 - 1024) * 4 for s in r["report"] if s["collective"] == "Allreduce")
+
+
+def test_row_to_column_repartition_receives_only_missing_blocks(results):
+    r = results[4][MULTI["repartition"]]
+    y = [s for s in r["report"] if s["array"] == "y"]
+    assert [s["collective"] for s in y] == ["Alltoallw"]
+    # Each rank needs a 64 x 12 column block and already has 16 x 12 of it.
+    assert y[0]["received"] == [48 * 12 * 8] * 4
+
+
+def test_tiles_to_rows_on_another_grid_shape(results):
+    r = results[4][MULTI["tiles_to_rows"]]
+    assert [s["collective"] for s in r["report"] if s["array"] == "y"] == ["Alltoallw"]
+
+
+def test_megatron_mlp_only_reduce_after_inputs(results):
+    r = results[4][MULTI["mlp"]]
+    inputs = {"x", "W1", "b1", "W2", "b2"}
+    assert [c for c, a in _calls(r) if a not in inputs] == ["Reduce"]

@@ -2,8 +2,8 @@
 
     mpiexec -n 4 python -m mpi4py -m distsdfg.testing.mpirun OUT.json 'matmul:gemm_map=2,2,1' ...
 
-A case is ``program:label=grid;label=grid`` (a label matches MapInfo.label or key); a
-grid of ``auto`` asks the planner. Each case is compiled once on rank 0.
+A case is ``program:label=grid;label=grid`` (a label matches MapInfo.label or key; ``*``
+names every map with as many parameters as the grid has entries). Each case is compiled once on rank 0.
 """
 from __future__ import annotations
 
@@ -29,6 +29,9 @@ def run_case(text: str, comm):
     name, grids = parse_case(text)
     p = get(name)
     sdfg = p.sdfg()
+    if "*" in grids:     # every map with that many parameters
+        g = grids.pop("*")
+        grids.update({m.key: g for m in distsdfg.maps(sdfg) if len(m.params) == len(g) and m.key not in grids})
     sched = distsdfg.schedule_by_label(sdfg, grids, fuzzy=True)
     distsdfg.lower(sdfg, sched)
     from distsdfg.runtime import symbol_values

@@ -78,6 +78,99 @@ def add_odd(x: dace.float64[10, 7], y: dace.float64[10, 7]):
     return x * y + 1.0
 
 
+@dace.program
+def chain(A: dace.float64[128, 112], B: dace.float64[112, 96], C: dace.float64[96, 80]):
+    return (A @ B) @ C
+
+
+@dace.program
+def atax(A: dace.float64[400, 320], x: dace.float64[320]):
+    return (A @ x) @ A
+
+
+@dace.program
+def greatcircle(lat1: dace.float64[100000], lon1: dace.float64[100000], lat2: dace.float64[100000],
+                lon2: dace.float64[100000]):
+    dlat = lat2 - lat1
+    dlon = lon2 - lon1
+    a = np.sin(dlat / 2) ** 2 + np.cos(lat1) * np.cos(lat2) * np.sin(dlon / 2) ** 2
+    c = 2 * np.arctan2(np.sqrt(a), np.sqrt(1 - a))
+    return 6371.0 * c
+
+
+@dace.program
+def repartition(x: dace.float64[64, 48]):
+    y = x * 2.0
+    return y + 1.0
+
+
+@dace.program
+def mlp(x: dace.float64[32, 64], W1: dace.float64[64, 128], b1: dace.float64[128], W2: dace.float64[128, 48],
+        b2: dace.float64[48]):
+    h = np.maximum(x @ W1 + b1, 0.0)
+    return h @ W2 + b2
+
+
+MB, MS, ME, MH, MEH, MF = 2, 16, 32, 4, 8, 24
+
+
+@dace.program
+def megatron(x: dace.float32[MB, MS, ME], WQ: dace.float32[ME, MH, MEH], WK: dace.float32[ME, MH, MEH],
+             WV: dace.float32[ME, MH, MEH], WO: dace.float32[MH, MEH, ME], W1: dace.float32[ME, MF]):
+    """Multi-head self-attention (keys projected transposed), output projection over heads, then
+    the first (column-parallel) layer of the MLP that follows in a transformer block."""
+    Q = np.einsum('bik,khj->bhij', x, WQ)
+    KT = np.einsum('bik,khj->bhji', x, WK)
+    V = np.einsum('bik,khj->bhij', x, WV)
+    scores = np.einsum('bhik,bhkj->bhij', Q, KT) / 4.0
+    rowmax = np.maximum.reduce(scores, axis=-1, keepdims=True)
+    ex = np.exp(scores - rowmax)
+    rowsum = np.add.reduce(ex, axis=-1, keepdims=True)
+    P = ex / rowsum
+    vals = np.einsum('bhik,bhkj->bhij', P, V)
+    out = np.einsum('bhse,hej->bsj', vals, WO)
+    return np.einsum('bsj,jf->bsf', out, W1)
+
+
+def _megatron_ref(x, WQ, WK, WV, WO, W1):
+    Q = np.einsum('bik,khj->bhij', x, WQ)
+    KT = np.einsum('bik,khj->bhji', x, WK)
+    V = np.einsum('bik,khj->bhij', x, WV)
+    scores = np.einsum('bhik,bhkj->bhij', Q, KT) / np.float32(4.0)
+    P = _softmax_ref(scores)
+    vals = np.einsum('bhik,bhkj->bhij', P, V)
+    return np.einsum('bsj,jf->bsf', np.einsum('bhse,hej->bsj', vals, WO), W1)
+
+
+def _megatron_inputs(r):
+    f = lambda *shape: (r.random(shape) - 0.5).astype(np.float32)  # noqa: E731
+    return {"x": f(MB, MS, ME), "WQ": f(ME, MH, MEH), "WK": f(ME, MH, MEH), "WV": f(ME, MH, MEH),
+            "WO": f(MH, MEH, ME), "W1": f(ME, MF)}
+
+
+#: Megatron-style head parallelism on 4 ranks: batch x head-pairs for the attention, partial
+#: sums over heads in the output projection, then rows (batch) x columns for the MLP layer.
+MEGATRON_SCHEDULE = {
+    "einsum_map": (2, 1, 1, 2, 1), "einsum_map_2": (2, 1, 1, 2, 1), "einsum_map_3": (2, 1, 1, 2, 1),
+    "einsum_reset_map": (2, 2, 1, 1), "einsum_reset_map_2": (2, 2, 1, 1), "einsum_reset_map_3": (2, 2, 1, 1),
+    "einsum_gemm._BatchedBatchedMatMult__map": (4, 1, 1, 1),
+    "einsum_gemm_2._BatchedBatchedMatMult__map": (4, 1, 1, 1),
+    "_Div__map": (2, 2, 1, 1), "_Sub__map": (2, 2, 1, 1), "_numpy_exp__map": (2, 2, 1, 1), "_Div__map_2": (2, 2, 1, 1),
+    "Reduce.reduce_output": (2, 2, 1, 1), "Reduce_2.reduce_output": (2, 2, 1, 1),
+    "einsum_reset_map_4": (2, 1, 1), "einsum_map_4": (2, 2, 1, 1, 1), "einsum_gemm_3.gemm_map": (2, 2, 1),
+}
+
+
+def _greatcircle_ref(lat1, lon1, lat2, lon2):
+    a = np.sin((lat2 - lat1) / 2) ** 2 + np.cos(lat1) * np.cos(lat2) * np.sin((lon2 - lon1) / 2) ** 2
+    return 6371.0 * 2 * np.arctan2(np.sqrt(a), np.sqrt(1 - a))
+
+
+def _points(rng, n=100000):
+    return {"lat1": rng.uniform(-1.5, 1.5, n), "lon1": rng.uniform(-3.1, 3.1, n),
+            "lat2": rng.uniform(-1.5, 1.5, n), "lon2": rng.uniform(-3.1, 3.1, n)}
+
+
 def _csr(rng, m=64, n=48, density=0.15):
     dense = rng.random((m, n)) * (rng.random((m, n)) < density)
     rows, cols = np.nonzero(dense)
@@ -115,6 +208,15 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
             lambda r: {"x": r.random((4, 16, 32)).astype(np.float32), "W": r.random((32, 4, 8)).astype(np.float32)},
             lambda x, W: np.einsum('bik,khj->bhij', x, W)),
     Program("spmv", spmv, _csr, _spmv_ref),
+    Program("chain", chain, lambda r: {"A": r.random((128, 112)), "B": r.random((112, 96)), "C": r.random((96, 80))},
+            lambda A, B, C: (A @ B) @ C),
+    Program("atax", atax, lambda r: {"A": r.random((400, 320)), "x": r.random(320)}, lambda A, x: (A @ x) @ A),
+    Program("greatcircle", greatcircle, _points, _greatcircle_ref),
+    Program("repartition", repartition, lambda r: {"x": r.random((64, 48))}, lambda x: x * 2.0 + 1.0),
+    Program("mlp", mlp, lambda r: {"x": r.random((32, 64)) - 0.5, "W1": r.random((64, 128)) - 0.5,
+                                   "b1": r.random(128) - 0.5, "W2": r.random((128, 48)) - 0.5, "b2": r.random(48)},
+            lambda x, W1, b1, W2, b2: np.maximum(x @ W1 + b1, 0.0) @ W2 + b2),
+    Program("megatron", megatron, _megatron_inputs, _megatron_ref),
     Program("add_odd", add_odd, lambda r: {"x": r.random((10, 7)), "y": r.random((10, 7))}, lambda x, y: x * y + 1.0),
 ]}
 

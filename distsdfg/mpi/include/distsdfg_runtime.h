@@ -22,8 +22,14 @@
 #include <vector>
 
 namespace distsdfg {
+// Internal linkage: every generated program gets its own copy, including the communicator
+// caches. (Function-local statics of ordinary inline functions become process-wide unique
+// symbols that outlive an unloaded program library.)
+namespace {
 
-enum Kind : int64_t { SCATTER = 1, GATHER = 2, REDUCE = 3, FILL = 4 };
+enum Kind : int64_t { SCATTER = 1, GATHER = 2, REDUCE = 3, FILL = 4, REDIST = 5 };
+enum Mode : int64_t { M_LOCAL = 0, M_ALLREDUCE = 1, M_REDUCE_SCATTER = 2, M_ALLGATHERV = 3, M_ALLTOALLW = 4,
+                      M_ALLTOALLV = 5, M_REDUCE = 6 };
 enum Op : int64_t { OP_NONE = 0, OP_SUM = 1, OP_PROD = 2, OP_MAX = 3, OP_MIN = 4 };
 enum Flag : int64_t { F_ACC = 1, F_MERGE = 2, F_REPL = 4, F_MASK = 8 };
 
@@ -276,8 +282,255 @@ void gather(const Step& s, const T* local, T* global, int me, bool reduce) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Grid-to-grid redistribution (distsdfg/redistribute.py). Table layout:
+//   [kind, dtype, op, ndim, nranks, mode, gshape[nd], src_lshape[nd], dst_lshape[nd],
+//    per rank: src_origin[nd], dst_origin[nd], S(start, size), D(start, size), piece(start, size),
+//              color, key,
+//    nmsg, per message: from, to, start[nd], size[nd]]
+// S is the block a rank holds in the source buffer, D the block it needs in the destination
+// buffer; colour/key give the sub-communicator of the group collectives.
+struct Redist {
+    const int64_t* t;
+    int64_t op() const { return t[2]; }
+    int64_t dtype() const { return t[1]; }
+    int64_t nd() const { return t[3]; }
+    int64_t nranks() const { return t[4]; }
+    int64_t mode() const { return t[5]; }
+    const int64_t* gshape() const { return t + 6; }
+    const int64_t* sshape() const { return t + 6 + nd(); }
+    const int64_t* dshape() const { return t + 6 + 2 * nd(); }
+    int64_t rec() const { return 8 * nd() + 2; }
+    const int64_t* rank(int64_t q) const { return t + 6 + 3 * nd() + q * rec(); }
+    const int64_t* sorigin(int64_t q) const { return rank(q); }
+    const int64_t* dorigin(int64_t q) const { return rank(q) + nd(); }
+    const int64_t* sblock(int64_t q) const { return rank(q) + 2 * nd(); }   // start, then size
+    const int64_t* dblock(int64_t q) const { return rank(q) + 4 * nd(); }
+    const int64_t* piece(int64_t q) const { return rank(q) + 6 * nd(); }
+    int64_t color(int64_t q) const { return rank(q)[8 * nd()]; }
+    int64_t key(int64_t q) const { return rank(q)[8 * nd() + 1]; }
+    const int64_t* msgs() const { return t + 6 + 3 * nd() + nranks() * rec(); }
+    int64_t nmsg() const { return msgs()[0]; }
+    const int64_t* msg(int64_t i) const { return msgs() + 1 + i * (2 + 2 * nd()); }
+    int64_t volume(const int64_t* box) const {
+        int64_t c = 1;
+        for (int64_t d = 0; d < nd(); ++d) c *= box[nd() + d];
+        return c;
+    }
+};
+
 template <typename T>
-void fill(const Step& s, T* local) {
+inline void pack_box(int64_t nd, const T* buf, const int64_t* shape, const int64_t* origin, const int64_t* box,
+                     T* out) {
+    for_runs(nd, shape, origin, box, box + nd,
+             [&](int64_t off, int64_t p, int64_t n) { std::memcpy(out + p, buf + off, n * sizeof(T)); });
+}
+
+template <typename T>
+inline void unpack_box(int64_t nd, T* buf, const int64_t* shape, const int64_t* origin, const int64_t* box,
+                       const T* in) {
+    for_runs(nd, shape, origin, box, box + nd,
+             [&](int64_t off, int64_t p, int64_t n) { std::memcpy(buf + off, in + p, n * sizeof(T)); });
+}
+
+template <typename T>
+inline void combine_box(int64_t nd, int64_t op, T* buf, const int64_t* shape, const int64_t* origin,
+                        const int64_t* box, const T* in) {
+    for_runs(nd, shape, origin, box, box + nd, [&](int64_t off, int64_t p, int64_t n) {
+        for (int64_t j = 0; j < n; ++j) buf[off + j] = Ops<T>::apply(op, buf[off + j], in[p + j]);
+    });
+}
+
+/// Sub-communicator of a redistribution's groups (cached; every rank of the world calls it).
+inline MPI_Comm group_comm(const Redist& r) {
+    static std::map<std::vector<int64_t>, MPI_Comm> cache;
+    std::vector<int64_t> sig{3};
+    for (int64_t q = 0; q < r.nranks(); ++q) { sig.push_back(r.color(q)); sig.push_back(r.key(q)); }
+    auto it = cache.find(sig);
+    if (it != cache.end()) return it->second;
+    int me;
+    MPI_Comm_rank(world(), &me);
+    MPI_Comm c;
+    MPI_Comm_split(world(), r.color(me) < 0 ? MPI_UNDEFINED : int(r.color(me)), int(r.key(me)), &c);
+    cache[sig] = c;
+    return c;
+}
+
+inline std::vector<int64_t> group_members(const Redist& r, int64_t color) {
+    std::vector<std::pair<int64_t, int64_t>> m;
+    for (int64_t q = 0; q < r.nranks(); ++q)
+        if (r.color(q) == color) m.push_back({r.key(q), q});
+    std::sort(m.begin(), m.end());
+    std::vector<int64_t> out;
+    for (auto& p : m) out.push_back(p.second);
+    return out;
+}
+
+/// An MPI datatype for the boxes ``boxes`` of a buffer (exact subarrays, no packing).
+inline MPI_Datatype box_type(const Redist& r, const std::vector<const int64_t*>& boxes, const int64_t* shape,
+                             const int64_t* origin, MPI_Datatype base) {
+    const int nd = int(r.nd());
+    std::vector<MPI_Datatype> parts;
+    for (const int64_t* b : boxes) {
+        std::vector<int> sizes(nd), sub(nd), starts(nd);
+        for (int d = 0; d < nd; ++d) {
+            sizes[d] = int(shape[d]);
+            sub[d] = int(b[nd + d]);
+            starts[d] = int(b[d] - origin[d]);
+        }
+        MPI_Datatype t;
+        check(MPI_Type_create_subarray(nd, sizes.data(), sub.data(), starts.data(), MPI_ORDER_C, base, &t),
+              "Type_create_subarray");
+        parts.push_back(t);
+    }
+    MPI_Datatype out;
+    if (parts.size() == 1) {
+        out = parts[0];
+    } else {
+        std::vector<int> lens(parts.size(), 1);
+        std::vector<MPI_Aint> displs(parts.size(), 0);
+        check(MPI_Type_create_struct(int(parts.size()), lens.data(), displs.data(), parts.data(), &out),
+              "Type_create_struct");
+        for (auto& p : parts) MPI_Type_free(&p);
+    }
+    check(MPI_Type_commit(&out), "Type_commit");
+    return out;
+}
+
+template <typename T>
+void redist(const Redist& r, const T* src, T* dst, int me) {
+    const int64_t nd = r.nd();
+    MPI_Datatype ty = mpi_type(r.dtype());
+    const int64_t mode = r.mode();
+    if (mode == M_LOCAL) {
+        for (int64_t i = 0; i < r.nmsg(); ++i) {
+            const int64_t* m = r.msg(i);
+            if (m[0] != me || m[1] != me) continue;
+            std::vector<T> tmp(r.volume(m + 2));
+            pack_box(nd, src, r.sshape(), r.sorigin(me), m + 2, tmp.data());
+            unpack_box(nd, dst, r.dshape(), r.dorigin(me), m + 2, tmp.data());
+        }
+        return;
+    }
+    if (mode == M_ALLTOALLW) {
+        const int P = int(r.nranks());
+        std::vector<std::vector<const int64_t*>> sendb(P), recvb(P);
+        for (int64_t i = 0; i < r.nmsg(); ++i) {
+            const int64_t* m = r.msg(i);
+            if (m[0] == me && m[1] == me) {
+                std::vector<T> tmp(r.volume(m + 2));
+                pack_box(nd, src, r.sshape(), r.sorigin(me), m + 2, tmp.data());
+                unpack_box(nd, dst, r.dshape(), r.dorigin(me), m + 2, tmp.data());
+            } else if (m[0] == me) {
+                sendb[m[1]].push_back(m + 2);
+            } else if (m[1] == me) {
+                recvb[m[0]].push_back(m + 2);
+            }
+        }
+        std::vector<int> sc(P, 0), rc(P, 0), sd(P, 0), rd(P, 0);
+        std::vector<MPI_Datatype> st(P, ty), rt(P, ty);
+        for (int p = 0; p < P; ++p) {
+            if (!sendb[p].empty()) { st[p] = box_type(r, sendb[p], r.sshape(), r.sorigin(me), ty); sc[p] = 1; }
+            if (!recvb[p].empty()) { rt[p] = box_type(r, recvb[p], r.dshape(), r.dorigin(me), ty); rc[p] = 1; }
+        }
+        check(MPI_Alltoallw(src, sc.data(), sd.data(), st.data(), dst, rc.data(), rd.data(), rt.data(), world()),
+              "Alltoallw");
+        for (int p = 0; p < P; ++p) {
+            if (sc[p]) MPI_Type_free(&st[p]);
+            if (rc[p]) MPI_Type_free(&rt[p]);
+        }
+        return;
+    }
+    if (mode == M_ALLTOALLV) {   // partial contributions, combined on arrival in rank order
+        const int P = int(r.nranks());
+        std::vector<int> sc(P, 0), rc(P, 0), sd(P, 0), rd(P, 0);
+        std::vector<std::vector<const int64_t*>> sendb(P), recvb(P);
+        for (int64_t i = 0; i < r.nmsg(); ++i) {
+            const int64_t* m = r.msg(i);
+            if (m[0] == me) { sendb[m[1]].push_back(m + 2); sc[m[1]] += int(r.volume(m + 2)); }
+            if (m[1] == me) { recvb[m[0]].push_back(m + 2); rc[m[0]] += int(r.volume(m + 2)); }
+        }
+        int stot = 0, rtot = 0;
+        for (int p = 0; p < P; ++p) { sd[p] = stot; stot += sc[p]; rd[p] = rtot; rtot += rc[p]; }
+        std::vector<T> sbuf(stot), rbuf(rtot);
+        for (int p = 0; p < P; ++p) {
+            int64_t pos = sd[p];
+            for (const int64_t* b : sendb[p]) {
+                pack_box(nd, src, r.sshape(), r.sorigin(me), b, sbuf.data() + pos);
+                pos += r.volume(b);
+            }
+        }
+        check(MPI_Alltoallv(sbuf.data(), sc.data(), sd.data(), ty, rbuf.data(), rc.data(), rd.data(), ty, world()),
+              "Alltoallv");
+        const int64_t* need = r.dblock(me);
+        if (r.volume(need) > 0) {
+            std::vector<T> id(r.volume(need), Ops<T>::identity(r.op()));
+            unpack_box(nd, dst, r.dshape(), r.dorigin(me), need, id.data());
+        }
+        for (int p = 0; p < P; ++p) {
+            int64_t pos = rd[p];
+            for (const int64_t* b : recvb[p]) {
+                combine_box(nd, r.op(), dst, r.dshape(), r.dorigin(me), b, rbuf.data() + pos);
+                pos += r.volume(b);
+            }
+        }
+        return;
+    }
+    // Group collectives: the sub-communicator is split collectively by every rank.
+    MPI_Comm gc = group_comm(r);
+    if (r.color(me) < 0) return;
+    auto mem = group_members(r, r.color(me));
+    const int64_t* S = r.sblock(me);
+    const int64_t* D = r.dblock(me);
+    if (mode == M_ALLREDUCE) {
+        std::vector<T> buf(r.volume(S));
+        pack_box(nd, src, r.sshape(), r.sorigin(me), S, buf.data());
+        check(MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(buf.size()), ty, mpi_op(r.op()), gc), "Allreduce");
+        unpack_box(nd, dst, r.dshape(), r.dorigin(me), D, buf.data());
+    } else if (mode == M_REDUCE_SCATTER) {
+        std::vector<int> counts(mem.size());
+        int64_t total = 0;
+        for (size_t i = 0; i < mem.size(); ++i) { counts[i] = int(r.volume(r.dblock(mem[i]))); total += counts[i]; }
+        std::vector<T> sbuf(total), rbuf(r.volume(D));
+        int64_t pos = 0;
+        for (size_t i = 0; i < mem.size(); ++i) {
+            if (counts[i]) pack_box(nd, src, r.sshape(), r.sorigin(me), r.dblock(mem[i]), sbuf.data() + pos);
+            pos += counts[i];
+        }
+        check(MPI_Reduce_scatter(sbuf.data(), rbuf.data(), counts.data(), ty, mpi_op(r.op()), gc), "Reduce_scatter");
+        if (!rbuf.empty()) unpack_box(nd, dst, r.dshape(), r.dorigin(me), D, rbuf.data());
+    } else if (mode == M_REDUCE) {
+        int root = 0;
+        for (size_t i = 0; i < mem.size(); ++i)
+            if (r.volume(r.dblock(mem[i])) > 0) root = int(i);
+        const int64_t* RD = r.dblock(mem[root]);
+        std::vector<T> sbuf(r.volume(RD)), rbuf(int64_t(mem[root]) == me ? r.volume(RD) : 0);
+        pack_box(nd, src, r.sshape(), r.sorigin(me), RD, sbuf.data());
+        check(MPI_Reduce(sbuf.data(), rbuf.data(), int(sbuf.size()), ty, mpi_op(r.op()), root, gc), "Reduce");
+        if (int64_t(mem[root]) == me) unpack_box(nd, dst, r.dshape(), r.dorigin(me), D, rbuf.data());
+    } else if (mode == M_ALLGATHERV) {
+        std::vector<int> counts(mem.size()), displs(mem.size());
+        int64_t total = 0;
+        for (size_t i = 0; i < mem.size(); ++i) {
+            counts[i] = int(r.volume(r.piece(mem[i])));
+            displs[i] = int(total);
+            total += counts[i];
+        }
+        std::vector<T> mine(r.volume(r.piece(me))), all(total);
+        pack_box(nd, src, r.sshape(), r.sorigin(me), r.piece(me), mine.data());
+        check(MPI_Allgatherv(mine.data(), int(mine.size()), ty, all.data(), counts.data(), displs.data(), ty, gc),
+              "Allgatherv");
+        for (size_t i = 0; i < mem.size(); ++i)
+            unpack_box(nd, dst, r.dshape(), r.dorigin(me), r.piece(mem[i]), all.data() + displs[i]);
+    } else {
+        throw std::runtime_error("distsdfg: unknown redistribution mode");
+    }
+}
+
+template <typename T>
+void fill(const Step& s, T* local, int me) {
+    // F_ACC: the block holds a value to accumulate into; its first holder keeps it.
+    if ((s.flags() & F_ACC) && s.pcolor(me) == 0) return;
     int64_t n = 1;
     for (int64_t d = 0; d < s.ndim(); ++d) n *= s.lshape()[d];
     T v = Ops<T>::identity(s.op());
@@ -291,13 +544,18 @@ void run_step(const int64_t* plan, int64_t index, const T* src, T* dst) {
     int me;
     MPI_Comm_rank(world(), &me);
     if (me >= s.nranks()) throw std::runtime_error("distsdfg: the plan was made for fewer ranks");
+    if (s.kind() == REDIST) {
+        redist<T>(Redist{s.t}, src, dst, me);
+        return;
+    }
     switch (s.kind()) {
         case SCATTER: scatter<T>(s, src, dst, me); break;
         case GATHER: gather<T>(s, src, dst, me, false); break;
         case REDUCE: gather<T>(s, src, dst, me, true); break;
-        case FILL: fill<T>(s, dst); break;
+        case FILL: fill<T>(s, dst, me); break;
         default: throw std::runtime_error("distsdfg: unknown step kind");
     }
 }
 
+}  // namespace
 }  // namespace distsdfg

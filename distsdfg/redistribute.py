@@ -1,0 +1,371 @@
+"""Grid-to-grid redistribution: from the blocks ranks hold to the blocks they need (pure, no MPI).
+
+A layout is one box per rank (``None`` for a rank that holds or needs nothing), plus, for the
+source, an optional reduction operator: a *partial* source holds per-rank contributions whose
+combination by the operator is the array's value (thesis 4.4, partial sums of a split
+reduction axis). ``plan_redistribution`` picks the cheapest correct collective for a pair of
+layouts and returns a :class:`CommPlan` that both the C++ runtime (through ``plan.encode_step``)
+and ``comm_report`` read:
+
+======================  =========================================================================
+collective              when
+======================  =========================================================================
+``local``               every rank already holds what it needs (equal layouts, or replicated
+                        data consumed partitioned): a local copy, no MPI call
+``Allreduce``           partial sums consumed replicated: ranks holding the same block reduce it
+``Reduce_scatter``      partial sums consumed partitioned within each group of equal blocks
+``Reduce``              as ``Reduce_scatter`` when one rank per group needs the block
+``Allgatherv``          disjoint pieces consumed whole by every member of a group
+``Alltoallw``           any other pair of block layouts: each rank receives exactly the boxes it
+                        lacks, from one holder each, with MPI subarray types
+``Alltoallv``           any other partial layout: every contribution to a needed element is sent
+                        to the rank that needs it and combined there with the operator
+======================  =========================================================================
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Tuple
+
+__all__ = ["Box", "Message", "CommPlan", "plan_redistribution", "intersect", "subtract", "contains", "volume"]
+
+#: ``(start, size)`` per dimension, in global coordinates.
+Box = Tuple[Tuple[int, ...], Tuple[int, ...]]
+
+
+def volume(b: Optional[Box]) -> int:
+    if b is None:
+        return 0
+    n = 1
+    for s in b[1]:
+        n *= max(s, 0)
+    return n
+
+
+def _norm(b: Optional[Box]) -> Optional[Box]:
+    if b is None or volume(b) <= 0:
+        return None
+    return tuple(int(x) for x in b[0]), tuple(int(x) for x in b[1])
+
+
+def intersect(a: Optional[Box], b: Optional[Box]) -> Optional[Box]:
+    if a is None or b is None:
+        return None
+    st = tuple(max(x, y) for x, y in zip(a[0], b[0]))
+    en = tuple(min(x + n, y + m) for x, n, y, m in zip(a[0], a[1], b[0], b[1]))
+    return _norm((st, tuple(e - s for s, e in zip(st, en))))
+
+
+def contains(outer: Optional[Box], inner: Optional[Box]) -> bool:
+    if inner is None:
+        return True
+    if outer is None:
+        return False
+    return all(o <= i and i + m <= o + n for o, n, i, m in zip(outer[0], outer[1], inner[0], inner[1]))
+
+
+def subtract(a: Optional[Box], b: Optional[Box]) -> List[Box]:
+    """``a`` minus ``b`` as disjoint boxes (at most two per dimension)."""
+    if a is None:
+        return []
+    cut = intersect(a, b)
+    if cut is None:
+        return [a]
+    out: List[Box] = []
+    start, size = list(a[0]), list(a[1])
+    for d in range(len(start)):
+        lo, hi = start[d], start[d] + size[d]
+        clo, chi = cut[0][d], cut[0][d] + cut[1][d]
+        if clo > lo:
+            out.append((tuple(start[:d] + [lo] + start[d + 1:]), tuple(size[:d] + [clo - lo] + size[d + 1:])))
+        if chi < hi:
+            out.append((tuple(start[:d] + [chi] + start[d + 1:]), tuple(size[:d] + [hi - chi] + size[d + 1:])))
+        start[d], size[d] = clo, chi - clo
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Message:
+    """``box`` of the array goes from rank ``src`` to rank ``dst`` (``src == dst``: a local copy)."""
+    src: int
+    dst: int
+    box: Box
+
+    def __str__(self):
+        rng = ", ".join(f"{s}:{s + n}" for s, n in zip(*self.box))
+        return f"{self.src}->{self.dst} [{rng}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class CommPlan:
+    """How one array moves at one kernel boundary, solved for concrete sizes and ranks.
+
+    ``groups`` are the sub-communicators of the group collectives (members in rank order);
+    ``pieces`` the box each rank contributes to an Allgatherv; ``messages`` the point-to-point
+    boxes of Alltoallw/Alltoallv and the local copies.
+    """
+    array: str
+    collective: str
+    nranks: int
+    itemsize: int
+    op: Optional[str]
+    src: Tuple[Optional[Box], ...]
+    dst: Tuple[Optional[Box], ...]
+    groups: Tuple[Tuple[int, ...], ...] = ()
+    pieces: Tuple[Optional[Box], ...] = ()
+    messages: Tuple[Message, ...] = ()
+
+    # -- bytes ------------------------------------------------------------------------------------
+    def traffic(self) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+        """Bytes sent and received per rank by the MPI call (self excluded); see docs/redistribution.md."""
+        P, item = self.nranks, self.itemsize
+        sent, recv = [0] * P, [0] * P
+        c = self.collective
+        if c in ("Alltoallw", "Alltoallv"):
+            for m in self.messages:
+                if m.src != m.dst:
+                    sent[m.src] += volume(m.box) * item
+                    recv[m.dst] += volume(m.box) * item
+        for g in self.groups:
+            k = len(g)
+            if k < 2:
+                continue
+            if c == "Allreduce":          # reduce-scatter + allgather on an even split of the block
+                n = volume(self.src[g[0]])
+                for i, q in enumerate(g):
+                    piece = n // k + (1 if i < n % k else 0)
+                    sent[q] += ((n - piece) + (k - 1) * piece) * item
+                    recv[q] += ((k - 1) * piece + (n - piece)) * item
+            elif c == "Reduce_scatter":
+                for q in g:
+                    sent[q] += sum(volume(self.dst[r]) for r in g if r != q) * item
+                    recv[q] += (k - 1) * volume(self.dst[q]) * item
+            elif c == "Reduce":
+                root = next(q for q in g if self.dst[q] is not None)
+                n = volume(self.dst[root])
+                for q in g:
+                    if q != root:
+                        sent[q] += n * item
+                        recv[root] += n * item
+            elif c == "Allgatherv":
+                for q in g:
+                    sent[q] += (k - 1) * volume(self.pieces[q]) * item
+                    recv[q] += sum(volume(self.pieces[r]) for r in g if r != q) * item
+        return tuple(sent), tuple(recv)
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.traffic()[0])
+
+    def comm_steps(self):
+        """The MPI calls as CommSteps (none for a local copy)."""
+        from .plan import CommStep
+        if self.collective == "local":
+            return []
+        sent, recv = self.traffic()
+        return [CommStep(self.collective, self.array, sent, recv)]
+
+    def to_json(self) -> str:
+        import json
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "CommPlan":
+        import json
+        d = json.loads(text)
+
+        def box(b):
+            return None if b is None else (tuple(b[0]), tuple(b[1]))
+        return cls(d["array"], d["collective"], d["nranks"], d["itemsize"], d["op"],
+                   tuple(box(b) for b in d["src"]), tuple(box(b) for b in d["dst"]),
+                   tuple(tuple(g) for g in d["groups"]), tuple(box(b) for b in d["pieces"]),
+                   tuple(Message(m["src"], m["dst"], box(m["box"])) for m in d["messages"]))
+
+    def __str__(self):
+        what = {"local": "local copy, no communication",
+                "Allreduce": f"Allreduce({self.op}) in {len(self.groups)} group(s) of {_sizes(self.groups)}",
+                "Reduce_scatter": f"Reduce_scatter({self.op}) in {len(self.groups)} group(s) of {_sizes(self.groups)}",
+                "Reduce": f"Reduce({self.op}) in {len(self.groups)} group(s) of {_sizes(self.groups)}",
+                "Allgatherv": f"Allgatherv in {len(self.groups)} group(s) of {_sizes(self.groups)}",
+                "Alltoallw": f"Alltoallw of {sum(m.src != m.dst for m in self.messages)} subarray(s)",
+                "Alltoallv": f"Alltoallv({self.op}) of {sum(m.src != m.dst for m in self.messages)} partial "
+                             f"block(s), combined on arrival"}[self.collective]
+        return f"{self.array}: {what}, {self.bytes:,} bytes"
+
+
+def _sizes(groups) -> str:
+    ks = sorted({len(g) for g in groups})
+    return "/".join(str(k) for k in ks) + " rank(s)"
+
+
+def _groups_by_block(blocks: Sequence[Optional[Box]]) -> Dict[Box, List[int]]:
+    out: Dict[Box, List[int]] = {}
+    for q, b in enumerate(blocks):
+        if b is not None:
+            out.setdefault(b, []).append(q)
+    return out
+
+
+def _clean(groups: Dict[Box, List[int]]) -> bool:
+    """Distinct blocks are pairwise disjoint (ranks hold either the same block or unrelated ones)."""
+    bs = list(groups)
+    return all(intersect(a, b) is None for i, a in enumerate(bs) for b in bs[i + 1:])
+
+
+def _partial_plan(array, src, dst, op, P, item) -> CommPlan:
+    base = dict(array=array, nranks=P, itemsize=item, op=op, src=tuple(src), dst=tuple(dst))
+    groups = _groups_by_block(src)
+    if _clean(groups) and all(d is None or (s is not None and contains(s, d)) for s, d in zip(src, dst)):
+        members = sorted(groups.values())
+        if all(all(dst[q] == src[q] for q in g) for g in members):
+            return CommPlan(collective="Allreduce", groups=tuple(tuple(g) for g in members), **base)
+        if all(sum(dst[q] is not None for q in g) <= 1 for g in members):
+            used = [g for g in members if any(dst[q] is not None for q in g)]
+            return CommPlan(collective="Reduce", groups=tuple(tuple(g) for g in used), **base)
+        return CommPlan(collective="Reduce_scatter", groups=tuple(tuple(g) for g in members), **base)
+    msgs = []
+    for q, d in enumerate(dst):
+        for p, s in enumerate(src):
+            box = intersect(s, d)
+            if box is not None:
+                msgs.append(Message(p, q, box))
+    return CommPlan(collective="Alltoallv", messages=tuple(msgs), **base)
+
+
+def _allgather(src, dst) -> Optional[Tuple[List[Tuple[int, ...]], List[Optional[Box]]]]:
+    """Sub-groups in which every member needs the same box and holds a disjoint piece of it."""
+    P = len(src)
+    pieces: List[Optional[Box]] = [None] * P
+    out: List[Tuple[int, ...]] = []
+    for need, ranks in _groups_by_block(dst).items():
+        holders: Dict[Box, List[int]] = {}
+        for q in ranks:
+            piece = intersect(src[q], need)
+            if piece is None:
+                return None
+            holders.setdefault(piece, []).append(q)
+        distinct = list(holders)
+        if not _clean(holders) or sum(volume(b) for b in distinct) != volume(need) or len(distinct) < 2:
+            return None
+        reps = {len(v) for v in holders.values()}
+        if len(reps) != 1:
+            return None
+        for j in range(reps.pop()):
+            g = tuple(sorted(holders[b][j] for b in distinct))
+            out.append(g)
+            for q in g:
+                pieces[q] = intersect(src[q], need)
+    return out, pieces
+
+
+def _holders_order(q: int, P: int) -> List[int]:
+    """Senders tried for receiver ``q``: the nearest ranks after it first, to spread the load."""
+    return [(q + i) % P for i in range(1, P)]
+
+
+def plan_redistribution(array: str, src: Sequence[Optional[Box]], dst: Sequence[Optional[Box]],
+                        op: Optional[str] = None, itemsize: int = 8) -> CommPlan:
+    """The cheapest correct way from layout ``src`` (``op``: partial) to layout ``dst``."""
+    src = [_norm(b) for b in src]
+    dst = [_norm(b) for b in dst]
+    P = len(src)
+    if len(dst) != P:
+        raise ValueError("source and destination layouts must cover the same ranks")
+    if op is not None and _clean(_groups_by_block(src)) and all(len(g) == 1 for g in _groups_by_block(src).values()):
+        op = None          # no element has two contributions: nothing to combine
+    if op is not None:
+        return _partial_plan(array, src, dst, op, P, itemsize)
+    base = dict(array=array, nranks=P, itemsize=itemsize, op=None, src=tuple(src), dst=tuple(dst))
+    if all(contains(s, d) for s, d in zip(src, dst)):
+        msgs = tuple(Message(q, q, d) for q, d in enumerate(dst) if d is not None)
+        return CommPlan(collective="local", messages=msgs, **base)
+    ag = _allgather(src, dst)
+    if ag is not None and _covers_all(ag[0], dst):
+        return CommPlan(collective="Allgatherv", groups=tuple(ag[0]), pieces=tuple(ag[1]), **base)
+    msgs: List[Message] = []
+    for q, need in enumerate(dst):
+        if need is None:
+            continue
+        own = intersect(src[q], need)
+        if own is not None:
+            msgs.append(Message(q, q, own))
+        rest = subtract(need, src[q])
+        for p in _holders_order(q, P):
+            if not rest:
+                break
+            nxt: List[Box] = []
+            for b in rest:
+                piece = intersect(b, src[p])
+                if piece is None:
+                    nxt.append(b)
+                    continue
+                msgs.append(Message(p, q, piece))
+                nxt.extend(subtract(b, piece))
+            rest = nxt
+        if rest:
+            from .errors import UnsupportedProgramError
+            raise UnsupportedProgramError(
+                f"`{array}`: rank {q} needs elements {rest[0]} that no rank holds after the previous kernel; "
+                f"schedule the producer so that it writes every element its consumers read")
+    msgs.sort(key=lambda m: (m.src, m.dst))
+    return CommPlan(collective="Alltoallw", messages=tuple(msgs), **base)
+
+
+def _covers_all(groups, dst) -> bool:
+    inside = {q for g in groups for q in g}
+    return all(d is None or q in inside for q, d in enumerate(dst))
+
+
+def _dim_groups(vshape: Sequence[int], tshape: Sequence[int]) -> Optional[List[Tuple[List[int], List[int]]]]:
+    """Consecutive dimensions of two shapes with equal products (row-major reshape groups)."""
+    groups, i, j = [], 0, 0
+    while i < len(vshape) or j < len(tshape):
+        gv, gt, pv, pt = [], [], 1, 1
+        while True:
+            if pv <= pt and i < len(vshape) and (pv < pt or not gv or vshape[i] == 1):
+                gv.append(i); pv *= vshape[i]; i += 1
+            elif j < len(tshape) and (pt < pv or not gt or tshape[j] == 1):
+                gt.append(j); pt *= tshape[j]; j += 1
+            else:
+                break
+            if pv == pt and (i == len(vshape) or vshape[i] != 1) and (j == len(tshape) or tshape[j] != 1):
+                break
+        if pv != pt:
+            return None
+        groups.append((gv, gt))
+    return groups
+
+
+def reshape_box(box: Optional[Box], vshape: Sequence[int], tshape: Sequence[int]) -> Optional[Box]:
+    """A box of a row-major array of shape ``vshape`` seen as one of shape ``tshape`` (a reshape).
+
+    Raises ValueError when the elements do not form a box in the new shape (a block that
+    crosses a boundary of a merged dimension).
+    """
+    import numpy as np
+    if box is None:
+        return None
+    groups = _dim_groups(list(vshape), list(tshape))
+    if groups is None:
+        raise ValueError(f"shapes {tuple(vshape)} and {tuple(tshape)} are not reshapes of each other")
+    start, size = [0] * len(tshape), [1] * len(tshape)
+    for gv, gt in groups:
+        if not gt:
+            continue
+        vs = [vshape[d] for d in gv]
+        ts = [tshape[d] for d in gt]
+        if not gv:
+            continue
+        axes = [np.arange(box[0][d], box[0][d] + box[1][d]) for d in gv]
+        flat = np.ravel_multi_index(np.meshgrid(*axes, indexing="ij"), vs).ravel()
+        coords = np.unravel_index(flat, ts)
+        lo = [int(c.min()) for c in coords]
+        hi = [int(c.max()) for c in coords]
+        vol = 1
+        for a, b in zip(lo, hi):
+            vol *= b - a + 1
+        if vol != flat.size:
+            raise ValueError(f"block {box} of shape {tuple(vshape)} is not a block of shape {tuple(tshape)}")
+        for k, d in enumerate(gt):
+            start[d], size[d] = lo[k], hi[k] - lo[k] + 1
+    return tuple(start), tuple(size)

@@ -4,8 +4,10 @@ from .schedule import Schedule
 from .kernels import MapInfo
 from .plan import CommStep
 from .redistribute import CommPlan
-from .api import maps, lower, compile, comm_report, comm_plans, schedule_by_label
+from .api import maps, lower, compile, comm_report, comm_plans, schedule_by_label, auto_schedule, schedule_cost, explain
+from .costmodel import PaperModel, BytesModel, AlphaBetaModel, calibrate
 
 __all__ = ["Schedule", "MapInfo", "CommStep", "CommPlan", "maps", "lower", "compile", "comm_report", "comm_plans",
-           "schedule_by_label", "ScheduleError", "DistributedLoweringError"]
+           "schedule_by_label", "auto_schedule", "schedule_cost", "explain", "PaperModel", "BytesModel",
+           "AlphaBetaModel", "calibrate", "ScheduleError", "DistributedLoweringError"]
 __version__ = "0.1.0"

@@ -8,11 +8,13 @@ from dace.sdfg import SDFG
 from .errors import DistributedLoweringError
 from .kernels import MapInfo, maps
 from .lowering import lower_sdfg
+from .planner import auto_schedule, explain, schedule_cost
 from .report import comm_plans, comm_report
 from .runtime import DistributedProgram, compile_distributed
 from .schedule import Schedule, ScheduleLike, as_schedule
 
-__all__ = ["maps", "lower", "compile", "comm_report", "comm_plans", "schedule_by_label", "MapInfo", "Schedule"]
+__all__ = ["maps", "lower", "compile", "comm_report", "comm_plans", "schedule_by_label", "auto_schedule",
+           "schedule_cost", "explain", "MapInfo", "Schedule"]
 
 
 def schedule_by_label(sdfg: SDFG, grids: dict, *, fuzzy: bool = False) -> dict:
@@ -35,13 +37,17 @@ def schedule_by_label(sdfg: SDFG, grids: dict, *, fuzzy: bool = False) -> dict:
 
 
 def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[int] = None,
-          target: str = "cpu") -> SDFG:
-    """Lower ``sdfg`` in place to an SPMD program that follows ``schedule``; returns ``sdfg``."""
+          target: str = "cpu", plan_options: Optional[dict] = None) -> SDFG:
+    """Lower ``sdfg`` in place to an SPMD program that follows ``schedule``; returns ``sdfg``.
+
+    ``schedule="auto"`` plans one with ``auto_schedule(sdfg, nprocs, **plan_options)``.
+    """
     if isinstance(schedule, str):
         if schedule != "auto":
             raise DistributedLoweringError(f"schedule must be a Schedule, a dict or 'auto', got {schedule!r}")
-        raise DistributedLoweringError("schedule='auto' needs the EinDecomp planner, which this version does not "
-                                       "have yet; give a schedule {map key: grid} (see distsdfg.maps(sdfg))")
+        if nprocs is None:
+            raise DistributedLoweringError("lower(sdfg, 'auto') needs nprocs=P, the number of ranks to plan for")
+        schedule = auto_schedule(sdfg, nprocs, **(plan_options or {}))
     if target not in ("cpu",):
         raise DistributedLoweringError(f"target {target!r} is not supported; use 'cpu'")
     return lower_sdfg(sdfg, as_schedule(schedule), target=target)

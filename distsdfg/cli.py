@@ -57,7 +57,14 @@ def cmd_plan(args):
     from distsdfg.report import format_report
     prog, _ = _load_program(args.program)
     sdfg = prog.to_sdfg()
-    distsdfg.lower(sdfg, _parse_schedule(args.schedule, sdfg))
+    if args.auto:
+        if args.n is None:
+            raise SystemExit("distsdfg plan --auto needs -n P (the number of ranks to plan for)")
+        sched = distsdfg.auto_schedule(sdfg, args.n, cost_model=args.model, searcher=args.searcher,
+                                       **_sizes(args.sizes))
+    else:
+        sched = _parse_schedule(args.schedule, sdfg)
+    distsdfg.lower(sdfg, sched)
     steps = distsdfg.comm_report(sdfg, nprocs=args.n, **_sizes(args.sizes))
     if args.json:
         print(json.dumps([{"collective": s.collective, "array": s.array, "sent": list(s.sent),
@@ -70,6 +77,26 @@ def cmd_plan(args):
             for p in plans:
                 print(f"  {p}")
         print(format_report(steps))
+
+
+def cmd_explain(args):
+    import distsdfg
+    prog, _ = _load_program(args.program)
+    sdfg = prog.to_sdfg()
+    sched = _parse_schedule(args.schedule, sdfg) if args.schedule else None
+    if sched is None and args.n is None:
+        raise SystemExit("distsdfg explain needs --schedule or -n P (to plan one)")
+    print(distsdfg.explain(sdfg, sched, nprocs=args.n, cost_model=args.model, alternatives=args.alternatives,
+                           **_sizes(args.sizes)))
+
+
+def cmd_calibrate(args):
+    from distsdfg.launch import mpiexec_argv
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    code = f"from distsdfg.costmodel import calibrate_main; calibrate_main({args.out!r})"
+    argv = mpiexec_argv(args.n, ["-c", code], timeout=300)
+    sys.exit(subprocess.call(argv, env=env))
 
 
 def cmd_launch(args):
@@ -97,7 +124,22 @@ def main(argv=None):
     p.add_argument("--schedule", nargs="*", help="KEY=2,2,1 ... or FILE.json")
     p.add_argument("--sizes", nargs="*", help="N=1024 ...")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--auto", action="store_true", help="plan the schedule (EinDecomp) for -n ranks")
+    p.add_argument("--model", default="bytes", help="cost model for --auto: bytes, paper, alpha-beta")
+    p.add_argument("--searcher", default="dp", help="dp, greedy or exhaustive")
     p.set_defaults(fn=cmd_plan)
+    p = sub.add_parser("explain", help="per map: grid, predicted bytes, runner-up grids")
+    p.add_argument("program")
+    p.add_argument("-n", type=int, default=None, help="ranks (plans a schedule when none is given)")
+    p.add_argument("--schedule", nargs="*", help="KEY=2,2,1 ... or FILE.json")
+    p.add_argument("--sizes", nargs="*", help="N=1024 ...")
+    p.add_argument("--model", default="bytes")
+    p.add_argument("--alternatives", type=int, default=2)
+    p.set_defaults(fn=cmd_explain)
+    p = sub.add_parser("calibrate", help="measure alpha (latency) and beta (s/byte) for the alpha-beta model")
+    p.add_argument("-n", type=int, default=2)
+    p.add_argument("--out", default=None, help="JSON file (default ~/.cache/distsdfg/calibration.json)")
+    p.set_defaults(fn=cmd_calibrate)
     p = sub.add_parser("launch", help="run a script on local ranks with the bundled mpiexec")
     p.add_argument("-n", type=int, default=4)
     p.add_argument("--timeout", type=float, default=900)

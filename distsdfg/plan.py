@@ -125,7 +125,7 @@ class CommStep:
     repeats: int = 1
 
     def __str__(self):
-        return (f"{self.collective:9s} {self.array:16s} sent={list(self.sent)} received={list(self.received)}"
+        return (f"{self.collective:14s} {self.array:16s} sent={list(self.sent)} received={list(self.received)}"
                 + (f" x{self.repeats}" if self.repeats != 1 else ""))
 
 

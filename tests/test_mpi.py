@@ -42,6 +42,10 @@ MULTI = {
 }
 CASES[4] += list(MULTI.values())
 
+# The planner's schedules for every "Core lowering" program (issue 11).
+CORE = ["add3d", "add_scalar", "reduce_sum", "reduce_max", "matmul", "softmax", "projection", "spmv", "add_odd"]
+CASES[4] += [f"{p}:auto" for p in CORE]
+
 
 def _run(nprocs, cases, tmp_path):
     out = tmp_path / f"results_{nprocs}.json"
@@ -155,3 +159,13 @@ def test_megatron_mlp_only_reduce_after_inputs(results):
     r = results[4][MULTI["mlp"]]
     inputs = {"x", "W1", "b1", "W2", "b2"}
     assert [c for c, a in _calls(r) if a not in inputs] == ["Reduce"]
+
+
+# -- issue 11: planned schedules run correctly and use every rank -----------------------------------
+@pytest.mark.parametrize("prog", CORE)
+def test_auto_schedule_uses_all_ranks(results, prog):
+    r = results[4][f"{prog}:auto"]
+    assert "error" not in r, r.get("trace")
+    import math
+    for key, grid in r["schedule"].items():
+        assert math.prod(grid) == 4, (key, grid)

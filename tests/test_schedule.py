@@ -51,10 +51,14 @@ def test_lower_rejects_bad_schedules(programs):
     assert issubclass(ScheduleError, distsdfg.DistributedLoweringError)
 
 
-def test_auto_schedule_not_available_is_a_clear_error(programs):
+def test_string_schedules(programs):
     sdfg = programs.get("add3d").sdfg()
-    with pytest.raises(distsdfg.DistributedLoweringError, match="planner"):
-        distsdfg.lower(sdfg, "auto", nprocs=4)
+    with pytest.raises(distsdfg.DistributedLoweringError, match="'auto'"):
+        distsdfg.lower(sdfg, "fastest", nprocs=4)
+    with pytest.raises(distsdfg.DistributedLoweringError, match="nprocs"):
+        distsdfg.lower(sdfg, "auto")
+    distsdfg.lower(sdfg, "auto", nprocs=4)
+    assert [g for _, g in sdfg._distsdfg.schedule.grids] == [(1, 1, 4)]
 
 
 def test_schedule_by_label(programs):

@@ -26,6 +26,8 @@ def parse_case(text: str):
 def run_case(text: str, comm):
     import distsdfg
     from distsdfg.testing.programs import get
+    if text.endswith(":auto"):
+        return run_auto(text, comm)
     name, grids = parse_case(text)
     p = get(name)
     sdfg = p.sdfg()
@@ -34,6 +36,26 @@ def run_case(text: str, comm):
         grids.update({m.key: g for m in distsdfg.maps(sdfg) if len(m.params) == len(g) and m.key not in grids})
     sched = distsdfg.schedule_by_label(sdfg, grids, fuzzy=True)
     distsdfg.lower(sdfg, sched)
+    return _run_lowered(text, p, sdfg, sched, comm)
+
+
+def run_auto(text: str, comm):
+    """``program:auto``: the planner chooses the schedule for the communicator's size."""
+    import distsdfg
+    from distsdfg.runtime import symbol_values
+    from distsdfg.testing.programs import get
+    p = get(text.split(":")[0])
+    sdfg = p.sdfg()
+    values = symbol_values(sdfg, p.inputs(np.random.default_rng(1234)), dict(p.symbols))
+    sizes = {k: v for k, v in values.items() if k in sdfg.symbols}
+    sched = distsdfg.auto_schedule(sdfg, comm.size, **sizes) if comm.rank == 0 else None
+    sched = comm.bcast(sched, root=0)            # plan on rank 0, like the lowering
+    distsdfg.lower(sdfg, sched)
+    return _run_lowered(text, p, sdfg, sched.as_dict(), comm)
+
+
+def _run_lowered(text, p, sdfg, sched, comm):
+    import distsdfg
     from distsdfg.runtime import symbol_values
     symbols = dict(p.symbols)
     rng = np.random.default_rng(1234)
@@ -53,8 +75,8 @@ def run_case(text: str, comm):
         err = float(np.abs(out.astype(np.int64) - ref).max()) if out.size else 0.0
     else:
         err = float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-300))
-    return {"case": text, "schedule": sched, "shape_ok": out.shape == ref.shape, "rel_err": err,
-            "dtype": str(out.dtype),
+    return {"case": text, "schedule": {k: list(v) for k, v in dict(sched).items()},
+            "shape_ok": out.shape == ref.shape, "rel_err": err, "dtype": str(out.dtype),
             "report": [{"collective": s.collective, "array": s.array, "sent": list(s.sent),
                         "received": list(s.received)} for s in report]}
 

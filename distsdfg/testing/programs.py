@@ -195,6 +195,23 @@ def _softmax_ref(inp):
     return e / e.sum(axis=-1, keepdims=True)
 
 
+NS, NT, NH = (dace.symbol(s) for s in ("NS", "NT", "NH"))
+
+
+@dace.program
+def diamond(x: dace.float64[64, 48], W: dace.float64[48, 32]):
+    """A product consumed by two maps that meet again (a DAG that is not a tree)."""
+    h = x @ W
+    return np.exp(h) + h * 2.0
+
+
+@dace.program
+def matrix_chain(A: dace.float64[NS, NT], B: dace.float64[NT, NS], C: dace.float64[NS, NT], D: dace.float64[NT, NH],
+                 E: dace.float64[NH, NS]):
+    """The planner paper's chain ``(A x B) + (C x (D x E))`` (seed 000, section 9)."""
+    return (A @ B) + (C @ (D @ E))
+
+
 PROGRAMS: Dict[str, Program] = {p.name: p for p in [
     Program("add3d", add3d, lambda r: {"x": r.random((4, 8, 16)), "y": r.random((8, 16))}, lambda x, y: x + y),
     Program("add_scalar", add_scalar, lambda r: {"x": r.integers(-100, 100, 64).astype(np.int64)}, lambda x: x + 5),
@@ -217,9 +234,16 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
                                    "b1": r.random(128) - 0.5, "W2": r.random((128, 48)) - 0.5, "b2": r.random(48)},
             lambda x, W1, b1, W2, b2: np.maximum(x @ W1 + b1, 0.0) @ W2 + b2),
     Program("megatron", megatron, _megatron_inputs, _megatron_ref),
+    Program("diamond", diamond, lambda r: {"x": r.random((64, 48)) - 0.5, "W": r.random((48, 32)) - 0.5},
+            lambda x, W: np.exp(x @ W) + (x @ W) * 2.0),
+    Program("matrix_chain", matrix_chain,
+            lambda r: {"A": r.random((64, 8)), "B": r.random((8, 64)), "C": r.random((64, 8)), "D": r.random((8, 512)),
+                       "E": r.random((512, 64))},
+            lambda A, B, C, D, E: (A @ B) + (C @ (D @ E)), (("NS", 64), ("NT", 8), ("NH", 512))),
     Program("add_odd", add_odd, lambda r: {"x": r.random((10, 7)), "y": r.random((10, 7))}, lambda x, y: x * y + 1.0),
 ]}
 
 
 def get(name: str) -> Program:
     return PROGRAMS[name]
+

@@ -1,8 +1,7 @@
-"""The ``distsdfg`` command: launch programs on local ranks, list maps, print communication plans."""
+"""The ``distsdfg`` command: run programs on local ranks or Slurm, list maps, plan and explain schedules."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,141 +10,241 @@ import sys
 __all__ = ["main"]
 
 
-def _load_program(spec: str):
-    path, _, func = spec.partition(":")
-    modname = os.path.splitext(os.path.basename(path))[0]
-    loader = importlib.util.spec_from_file_location(modname, path)
-    mod = importlib.util.module_from_spec(loader)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    loader.loader.exec_module(mod)
-    if func:
-        return getattr(mod, func), mod
-    import dace
-    progs = [v for v in vars(mod).values() if isinstance(v, dace.frontend.python.parser.DaceProgram)]
-    if len(progs) != 1:
-        raise SystemExit(f"{path} defines {len(progs)} dace programs; name one as {path}:FUNCTION")
-    return progs[0], mod
-
-
-def _parse_schedule(items, sdfg):
-    import distsdfg
-    if not items:
-        return {}
-    if len(items) == 1 and items[0].endswith(".json"):
-        with open(items[0]) as f:
-            return distsdfg.Schedule.from_json(f.read())
-    grids = {}
-    for item in items:
-        name, _, grid = item.partition("=")
-        grids[name] = tuple(int(x) for x in grid.split(","))
-    return distsdfg.schedule_by_label(sdfg, grids)
-
-
 def _sizes(items):
     return {k: int(v) for k, _, v in (i.partition("=") for i in items or [])}
 
 
+def _lowered(args, nprocs_required=False):
+    import distsdfg
+    from distsdfg.runner import load_program, parse_schedule
+    prog, _ = load_program(args.program)
+    sdfg = prog.to_sdfg()
+    sizes = _sizes(args.sizes)
+    if getattr(args, "auto", False) or (args.schedule and list(args.schedule) == ["auto"]):
+        if args.n is None:
+            raise SystemExit("planning a schedule needs -n P (the number of ranks to plan for)")
+        sched = distsdfg.auto_schedule(sdfg, args.n, cost_model=getattr(args, "model", "bytes"),
+                                       searcher=getattr(args, "searcher", "dp"), **sizes)
+    else:
+        sched = parse_schedule(args.schedule, sdfg)
+    distsdfg.lower(sdfg, sched)
+    return sdfg, sizes
+
+
 def cmd_maps(args):
     import distsdfg
-    prog, _ = _load_program(args.program)
+    from distsdfg.runner import load_program
+    prog, _ = load_program(args.program)
     for m in distsdfg.maps(prog.to_sdfg()):
         print(m)
 
 
 def cmd_plan(args):
     import distsdfg
-    from distsdfg.report import format_report
-    prog, _ = _load_program(args.program)
-    sdfg = prog.to_sdfg()
-    if args.auto:
-        if args.n is None:
-            raise SystemExit("distsdfg plan --auto needs -n P (the number of ranks to plan for)")
-        sched = distsdfg.auto_schedule(sdfg, args.n, cost_model=args.model, searcher=args.searcher,
-                                       **_sizes(args.sizes))
-    else:
-        sched = _parse_schedule(args.schedule, sdfg)
-    distsdfg.lower(sdfg, sched)
-    steps = distsdfg.comm_report(sdfg, nprocs=args.n, **_sizes(args.sizes))
+    from distsdfg.report import bytes_per_kernel, format_report, matmul_io_lower_bounds
+    sdfg, sizes = _lowered(args)
+    P = args.n or sdfg._distsdfg.nprocs
+    steps = distsdfg.comm_report(sdfg, nprocs=P, **sizes)
+    per_kernel = bytes_per_kernel(sdfg, nprocs=P, **sizes)
+    bounds = matmul_io_lower_bounds(sdfg, P, **sizes)
+    total = sum(sum(s.sent) for s in steps)
     if args.json:
-        print(json.dumps([{"collective": s.collective, "array": s.array, "sent": list(s.sent),
-                           "received": list(s.received)} for s in steps], indent=1))
+        print(json.dumps({
+            "schedule": {k: list(g) for k, g in sdfg._distsdfg.schedule.grids},
+            "nprocs": P,
+            "steps": [{"collective": s.collective, "array": s.array, "sent": list(s.sent), "received": list(s.received)}
+                      for s in steps],
+            "bytes_per_kernel": per_kernel,
+            "total_bytes": total,
+            "io_lower_bound_per_rank": {k: b for k, b in bounds},
+        }, indent=1))
     else:
-        print(f"schedule: {sdfg._distsdfg.schedule}")
-        plans = distsdfg.comm_plans(sdfg, nprocs=args.n, **_sizes(args.sizes))
+        print(f"schedule on {P} ranks:")
+        for key, grid in sdfg._distsdfg.schedule.grids:
+            print(f"  {key:48s} {grid}")
+        plans = distsdfg.comm_plans(sdfg, nprocs=P, **sizes)
         if plans:
             print("between kernels:")
             for p in plans:
                 print(f"  {p}")
         print(format_report(steps))
+        for key, b in bounds:
+            print(f"I/O lower bound for {key}: {b:,.0f} bytes per rank (the busiest rank here receives "
+                  f"{_busiest(steps):,})")
+    if args.plot:
+        from distsdfg.plot import bar_chart_png
+        bar_chart_png(list(per_kernel), list(per_kernel.values()), args.plot, title=f"bytes per kernel, P={P}")
+
+
+def _busiest(steps) -> int:
+    n = len(steps[0].received) if steps else 0
+    return max([sum(s.received[q] for s in steps) for q in range(n)] + [0])
 
 
 def cmd_explain(args):
     import distsdfg
-    prog, _ = _load_program(args.program)
+    from distsdfg.runner import load_program, parse_schedule
+    prog, _ = load_program(args.program)
     sdfg = prog.to_sdfg()
-    sched = _parse_schedule(args.schedule, sdfg) if args.schedule else None
+    sched = parse_schedule(args.schedule, sdfg) if args.schedule else None
     if sched is None and args.n is None:
         raise SystemExit("distsdfg explain needs --schedule or -n P (to plan one)")
     print(distsdfg.explain(sdfg, sched, nprocs=args.n, cost_model=args.model, alternatives=args.alternatives,
                            **_sizes(args.sizes)))
 
 
+def _env():
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    # DaCe's simplify() iterates over sets of names: a fixed hash seed makes every rank, and
+    # every run, build the same SDFG (and so find the same build in the cache).
+    env.setdefault("PYTHONHASHSEED", "0")
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def _launch(argv, timeout):
+    rc = subprocess.call(argv, env=_env())
+    if rc == 124:
+        print(f"distsdfg: the job exceeded --timeout {timeout}s and was stopped", file=sys.stderr)
+    return rc
+
+
+def cmd_run(args):
+    from distsdfg.runner import run_program
+    if args.here or args.compile_only:
+        sys.exit(run_program(args.program, schedule=args.schedule, sizes=_sizes(args.sizes), nprocs=args.n,
+                             target=args.target, check=args.check, seed=args.seed, compile_only=args.compile_only,
+                             verbose=args.verbose, rebuild=args.rebuild))
+    from distsdfg.launch import launcher_argv
+    n = args.n or 1
+    inner = ["-m", "distsdfg", "run", args.program, "-n", str(n), "--target", args.target, "--seed", str(args.seed),
+             "--here"]
+    if args.schedule:
+        inner += ["--schedule"] + list(args.schedule)
+    if args.sizes:
+        inner += ["--sizes"] + list(args.sizes)
+    for flag in ("check", "verbose", "rebuild"):
+        if getattr(args, flag):
+            inner.append("--" + flag)
+    sys.exit(_launch(launcher_argv(n, inner, timeout=args.timeout), args.timeout))
+
+
+def cmd_slurm(args):
+    from distsdfg.slurm import SlurmJob, sbatch_script
+    run_args = []
+    if args.schedule:
+        run_args += ["--schedule"] + list(args.schedule)
+    if args.sizes:
+        run_args += ["--sizes"] + list(args.sizes)
+    if args.check:
+        run_args.append("--check")
+    job = SlurmJob(args.program, nodes=args.nodes, ntasks_per_node=args.ntasks_per_node,
+                   gpus_per_node=args.gpus_per_node, cpus_per_task=args.cpus_per_task, time=args.time,
+                   partition=args.partition, account=args.account, constraint=args.constraint,
+                   modules=tuple(args.module or ()), env=tuple(tuple(e.split("=", 1)) for e in args.env or ()),
+                   target=args.target, run_args=tuple(run_args), job_name=args.job_name)
+    script = sbatch_script(job)
+    out = args.output or f"{job.job_name or 'distsdfg'}.sbatch"
+    with open(out, "w") as f:
+        f.write(script)
+    print(f"wrote {out}")
+    if args.submit:
+        import shutil
+        if shutil.which("sbatch") is None:
+            raise SystemExit("sbatch is not on PATH: run the script on a Slurm login node")
+        sys.exit(subprocess.call(["sbatch", out]))
+
+
 def cmd_calibrate(args):
     from distsdfg.launch import mpiexec_argv
-    env = dict(os.environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     code = f"from distsdfg.costmodel import calibrate_main; calibrate_main({args.out!r})"
-    argv = mpiexec_argv(args.n, ["-c", code], timeout=300)
-    sys.exit(subprocess.call(argv, env=env))
+    sys.exit(_launch(mpiexec_argv(args.n, ["-c", code], timeout=300), 300))
 
 
 def cmd_launch(args):
-    from distsdfg.launch import mpiexec_argv
-    argv = mpiexec_argv(args.n, [args.script] + args.args, timeout=args.timeout)
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    bindir = os.path.dirname(sys.executable)
-    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-    rc = subprocess.call(argv, env=env)
-    if rc == 124:
-        print(f"distsdfg: the job exceeded --timeout {args.timeout}s and was stopped", file=sys.stderr)
-    sys.exit(rc)
+    from distsdfg.launch import launcher_argv
+    sys.exit(_launch(launcher_argv(args.n, [args.script] + args.args, timeout=args.timeout), args.timeout))
+
+
+def _schedule_args(p):
+    p.add_argument("--schedule", nargs="*", help="auto | KEY=2,2,1 ... (keys or labels) | FILE.json")
+    p.add_argument("--sizes", nargs="*", help="N=1024 ...")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="distsdfg", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("run", help="lower, compile once, run on -n ranks (mpiexec, or srun under Slurm)")
+    p.add_argument("program", help="FILE.py[:FUNCTION]")
+    p.add_argument("-n", type=int, default=None, help="number of ranks")
+    _schedule_args(p)
+    p.add_argument("--target", default="cpu", choices=["cpu", "gpu"])
+    p.add_argument("--check", action="store_true", help="compare with a single-process run on rank 0")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--verbose", action="store_true", help="progress and tracebacks from every rank")
+    p.add_argument("--rebuild", action="store_true", help="compile even if an identical build exists")
+    p.add_argument("--here", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--compile-only", action="store_true", help="lower and compile in this process, then stop")
+    p.set_defaults(fn=cmd_run)
+
     p = sub.add_parser("maps", help="list the schedulable maps of a program")
     p.add_argument("program", help="FILE.py[:FUNCTION]")
     p.set_defaults(fn=cmd_maps)
-    p = sub.add_parser("plan", help="print the communication plan of a schedule")
+
+    p = sub.add_parser("plan", help="the grid per map, every collective with its bytes, the total")
     p.add_argument("program")
     p.add_argument("-n", type=int, default=None, help="number of ranks (default: the schedule's)")
-    p.add_argument("--schedule", nargs="*", help="KEY=2,2,1 ... or FILE.json")
-    p.add_argument("--sizes", nargs="*", help="N=1024 ...")
+    _schedule_args(p)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--plot", default=None, help="FILE.png: a bar chart of bytes per kernel")
     p.add_argument("--auto", action="store_true", help="plan the schedule (EinDecomp) for -n ranks")
     p.add_argument("--model", default="bytes", help="cost model for --auto: bytes, paper, alpha-beta")
     p.add_argument("--searcher", default="dp", help="dp, greedy or exhaustive")
     p.set_defaults(fn=cmd_plan)
+
     p = sub.add_parser("explain", help="per map: grid, predicted bytes, runner-up grids")
     p.add_argument("program")
     p.add_argument("-n", type=int, default=None, help="ranks (plans a schedule when none is given)")
-    p.add_argument("--schedule", nargs="*", help="KEY=2,2,1 ... or FILE.json")
-    p.add_argument("--sizes", nargs="*", help="N=1024 ...")
+    _schedule_args(p)
     p.add_argument("--model", default="bytes")
     p.add_argument("--alternatives", type=int, default=2)
     p.set_defaults(fn=cmd_explain)
+
+    p = sub.add_parser("slurm", help="write (and with --submit, submit) an sbatch script")
+    p.add_argument("program")
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--ntasks-per-node", type=int, default=1)
+    p.add_argument("--gpus-per-node", type=int, default=0)
+    p.add_argument("--cpus-per-task", type=int, default=1)
+    p.add_argument("--time", default="00:30:00")
+    p.add_argument("--partition")
+    p.add_argument("--account")
+    p.add_argument("--constraint")
+    p.add_argument("--module", action="append", help="a module to load (repeatable)")
+    p.add_argument("--env", action="append", help="K=V to export (repeatable)")
+    p.add_argument("--target", default="cpu", choices=["cpu", "gpu"])
+    _schedule_args(p)
+    p.add_argument("--check", action="store_true")
+    p.add_argument("--job-name")
+    p.add_argument("-o", "--output", help="script file (default JOBNAME.sbatch)")
+    p.add_argument("--submit", action="store_true", help="call sbatch on the script")
+    p.set_defaults(fn=cmd_slurm)
+
     p = sub.add_parser("calibrate", help="measure alpha (latency) and beta (s/byte) for the alpha-beta model")
     p.add_argument("-n", type=int, default=2)
     p.add_argument("--out", default=None, help="JSON file (default ~/.cache/distsdfg/calibration.json)")
     p.set_defaults(fn=cmd_calibrate)
-    p = sub.add_parser("launch", help="run a script on local ranks with the bundled mpiexec")
+
+    p = sub.add_parser("launch", help="run any script on local ranks with the bundled mpiexec (or srun)")
     p.add_argument("-n", type=int, default=4)
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(fn=cmd_launch)
+
     args = ap.parse_args(argv)
     args.fn(args)
 

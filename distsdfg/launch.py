@@ -6,7 +6,7 @@ import shutil
 import sys
 from typing import List, Optional, Sequence
 
-__all__ = ["find_mpiexec", "mpiexec_argv", "environment"]
+__all__ = ["find_mpiexec", "mpiexec_argv", "srun_argv", "launcher_argv", "environment"]
 
 
 def find_mpiexec() -> str:
@@ -39,3 +39,18 @@ def mpiexec_argv(nprocs: int, script: Sequence[str], *, mpiexec: Optional[str] =
         argv += ["timeout", str(int(timeout))]
     argv += [mpiexec or find_mpiexec(), "-n", str(int(nprocs)), python or sys.executable, "-m", "mpi4py"]
     return argv + list(script)
+
+
+def srun_argv(nprocs: int, script: Sequence[str], *, python: Optional[str] = None,
+              timeout: Optional[float] = None) -> List[str]:
+    """``[timeout T] srun --ntasks=P python -m mpi4py SCRIPT...`` inside a Slurm allocation."""
+    argv = ["timeout", str(int(timeout))] if timeout else []
+    return argv + ["srun", f"--ntasks={int(nprocs)}", python or sys.executable, "-m", "mpi4py"] + list(script)
+
+
+def launcher_argv(nprocs: int, script: Sequence[str], *, env: Optional[dict] = None,
+                  timeout: Optional[float] = None) -> List[str]:
+    """srun inside a Slurm allocation, else the bundled mpiexec."""
+    if environment(env) == "slurm" and shutil.which("srun", path=(env or os.environ).get("PATH")):
+        return srun_argv(nprocs, script, timeout=timeout)
+    return mpiexec_argv(nprocs, script, timeout=timeout)

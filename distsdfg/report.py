@@ -1,14 +1,14 @@
 """comm_report: the bytes every MPI call of a lowered program moves, per rank."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from dace.sdfg import SDFG
 
 from .plan import CommStep, comm_steps
 from .runtime import lowered_of, solve_plan
 
-__all__ = ["comm_report", "comm_plans", "format_report"]
+__all__ = ["comm_report", "comm_plans", "format_report", "bytes_per_kernel", "matmul_io_lower_bounds"]
 
 
 def comm_report(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List[CommStep]:
@@ -38,3 +38,29 @@ def format_report(steps: List[CommStep]) -> str:
     total = sum(sum(s.sent) for s in steps)
     lines.append(f"total bytes sent: {total:,}")
     return "\n".join(lines)
+
+
+def bytes_per_kernel(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> Dict[str, int]:
+    """Bytes sent per kernel (label), the communication that kernel's inputs and outputs cause."""
+    low = lowered_of(sdfg)
+    values = {k: int(v) for k, v in sdfg.constants.items() if isinstance(v, (int,)) or hasattr(v, "__int__")}
+    values.update({k: int(v) for k, v in symbols.items()})
+    out: Dict[str, int] = {k.label: 0 for k in low.kernels}
+    for cs in solve_plan(low, values, nprocs or low.nprocs):
+        out[cs.spec.kernel_label] = out.get(cs.spec.kernel_label, 0) + sum(sum(c.sent) for c in comm_steps(cs))
+    return out
+
+
+def matmul_io_lower_bounds(sdfg: SDFG, nprocs: int, **sizes) -> List[Tuple[str, float]]:
+    """Per matrix product (M x K times K x N, itemsize b): the memory-independent lower bound on
+    the bytes one rank must move, ``b * (3 (MNK/P)^(2/3) - (MK + KN + MN) / P)`` (Ballard et al.)."""
+    from .eingraph import build_graph
+    g = build_graph(sdfg, **sizes)
+    out = []
+    for v in g.vertices:
+        if len(v.labels) == 3 and len(v.inputs) == 2 and len(v.agg) == 1 and v.kind == "library":
+            m, n, k = v.bounds
+            item = v.outputs[0].itemsize if v.outputs else 8
+            bound = 3 * (m * n * k / nprocs) ** (2 / 3) - (m * k + k * n + m * n) / nprocs
+            out.append((v.key, max(bound, 0.0) * item))
+    return out

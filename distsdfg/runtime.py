@@ -166,8 +166,68 @@ def _log(msg: str, verbose: bool):
         print(f"[distsdfg] {msg}", file=sys.stderr, flush=True)
 
 
-def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None) -> DistributedProgram:
-    """Build on rank 0, load on every rank (collective over ``comm``)."""
+STAMP = "distsdfg.stamp"
+
+
+def build_key(sdfg: SDFG) -> str:
+    """What a build depends on: the generated code, our runtime header, DaCe's version."""
+    import copy
+    import hashlib
+
+    import dace
+    from dace.codegen import codegen
+
+    from .mpi.environment import INCLUDE_DIR
+    h = hashlib.sha1(dace.__version__.encode())
+    for obj in codegen.generate_code(copy.deepcopy(sdfg)):
+        h.update(obj.name.encode())
+        h.update(obj.clean_code.encode())
+    for name in sorted(os.listdir(INCLUDE_DIR)):
+        with open(os.path.join(INCLUDE_DIR, name), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def _cached(folder: str, key: str, name: str) -> bool:
+    from dace.config import Config
+    lib = os.path.join(folder, "build", f"lib{name}.{Config.get('compiler', 'library_extension')}")
+    try:
+        with open(os.path.join(folder, STAMP)) as f:
+            return f.read().strip() == key and os.path.exists(lib) and os.path.exists(
+                os.path.join(folder, "program.sdfg"))
+    except OSError:
+        return False
+
+
+def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
+    """Compile ``sdfg`` unless its build folder already holds this exact build; returns (compiled, folder).
+
+    The stamp is written only after a complete build, so an interrupted compile is rebuilt
+    on the next run rather than loaded half-made.
+    """
+    from dace.sdfg.utils import load_precompiled_sdfg
+    t0 = time.time()
+    folder = sdfg.build_folder
+    key = build_key(sdfg)
+    rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")
+    if not rebuild and _cached(folder, key, sdfg.name):
+        _log(f"{sdfg.name}: reusing the build in {folder} ({time.time() - t0:.1f}s)", verbose)
+        return load_precompiled_sdfg(folder), folder
+    try:
+        os.remove(os.path.join(folder, STAMP))
+    except OSError:
+        pass
+    _log(f"{sdfg.name}: generating and compiling C++ ...", verbose)
+    compiled = sdfg.compile(validate=True)
+    with open(os.path.join(folder, STAMP), "w") as f:
+        f.write(key)
+    _log(f"{sdfg.name}: compiled in {time.time() - t0:.1f}s", verbose)
+    return compiled, folder
+
+
+def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None,
+                        rebuild: bool = False) -> DistributedProgram:
+    """Build on rank 0 (or reuse an identical build), load on every rank (collective over ``comm``)."""
     comm = _comm(comm)
     lowered_of(sdfg)
     dc.ensure_mpi_on_path()
@@ -176,14 +236,10 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
     folder, error = None, None
     compiled = None
     if comm.rank == 0:
-        t0 = time.time()
-        _log(f"compiling {sdfg.name} ...", verbose)
         try:
-            compiled = sdfg.compile(validate=True)
-            folder = sdfg.build_folder
+            compiled, folder = build(sdfg, verbose=verbose, rebuild=rebuild)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-        _log(f"compiled {sdfg.name} in {time.time() - t0:.1f}s", verbose)
     # Every rank plans from rank 0's lowering: the binary was built from it.
     folder, error, low = comm.bcast((folder, error, lowered_of(sdfg) if comm.rank == 0 else None), root=0)
     sdfg._distsdfg = low

@@ -17,9 +17,10 @@ def matmul(A: dace.float64[M, K], B: dace.float64[K, N]):
 
 
 def inputs(sizes=None):
+    """The arguments for given sizes (the hook `distsdfg run` calls); default 256 x 192 x 128."""
+    s = {"M": 256, "N": 128, "K": 192, **(sizes or {})}
     rng = np.random.default_rng(0)
-    m, n, k = 256, 128, 192
-    return {"A": rng.random((m, k)), "B": rng.random((k, n))}
+    return {"A": rng.random((s["M"], s["K"])), "B": rng.random((s["K"], s["N"]))}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,187 @@
+"""``distsdfg run``: what every rank executes (lower, compile once, call, check).
+
+The command line spawns ``mpiexec`` (or ``srun`` inside a Slurm allocation) running
+``python -m mpi4py -m distsdfg run ... --here``; ``--here`` runs in the current MPI world.
+A program module may define ``inputs(sizes) -> dict`` (the keyword arguments to call the
+program with); otherwise every array argument gets random data of its shape and dtype.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+import traceback
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+__all__ = ["load_program", "parse_schedule", "random_inputs", "run_program"]
+
+
+def load_program(spec: str):
+    """``FILE.py[:FUNCTION]`` -> (the @dace.program, its module)."""
+    path, _, func = spec.partition(":")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no program file {path!r}")
+    modname = os.path.splitext(os.path.basename(path))[0]
+    loader = importlib.util.spec_from_file_location(modname, path)
+    mod = importlib.util.module_from_spec(loader)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    loader.loader.exec_module(mod)
+    if func:
+        if not hasattr(mod, func):
+            raise AttributeError(f"{path} has no function {func!r}")
+        return getattr(mod, func), mod
+    import dace
+    progs = [v for v in vars(mod).values() if isinstance(v, dace.frontend.python.parser.DaceProgram)]
+    if len(progs) != 1:
+        raise SystemExit(f"{path} defines {len(progs)} dace programs; name one as {path}:FUNCTION")
+    return progs[0], mod
+
+
+def parse_schedule(items: Optional[Sequence[str]], sdfg):
+    """``KEY=2,2,1 ...`` (keys or labels), a ``FILE.json``, or None/empty (all ones)."""
+    import distsdfg
+    if not items:
+        return {}
+    if len(items) == 1 and items[0].endswith(".json"):
+        with open(items[0]) as f:
+            return distsdfg.Schedule.from_json(f.read())
+    grids = {}
+    for item in items:
+        name, _, grid = item.partition("=")
+        if not grid:
+            raise distsdfg.ScheduleError(f"schedule item {item!r} is not KEY=D1,D2,...")
+        grids[name] = tuple(int(x) for x in grid.split(","))
+    return distsdfg.schedule_by_label(sdfg, grids)
+
+
+def random_inputs(sdfg, sizes: Dict[str, int], seed: int = 0) -> Dict[str, object]:
+    """Random data for every array and scalar argument of ``sdfg`` (its shapes, its dtypes)."""
+    from dace import data as dt
+
+    from .lowering import PLAN_ARRAY
+    from .plan import evaluate
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, desc in sdfg.arglist().items():
+        if name.startswith("__return") or name == PLAN_ARRAY or name in sdfg.symbols:
+            continue
+        dtype = np.dtype(desc.dtype.as_numpy_dtype())
+        shape = () if isinstance(desc, dt.Scalar) else tuple(evaluate(str(s), sizes) for s in desc.shape)
+        if np.issubdtype(dtype, np.complexfloating):
+            v = rng.random(shape) + 1j * rng.random(shape)
+        elif np.issubdtype(dtype, np.floating):
+            v = rng.random(shape)
+        elif dtype == np.bool_:
+            v = rng.random(shape) < 0.5
+        else:
+            v = rng.integers(0, 10, shape)
+        v = np.asarray(v, dtype=dtype)
+        out[name] = v if shape else dtype.type(v)
+    return out
+
+
+def _outputs(result) -> List[np.ndarray]:
+    if result is None:
+        return []
+    if isinstance(result, tuple):
+        return [np.asarray(r) for r in result]
+    return [np.asarray(result)]
+
+
+def _compare(got: List[np.ndarray], ref: List[np.ndarray]) -> List[str]:
+    problems = []
+    for i, (a, b) in enumerate(zip(got, ref)):
+        if a.shape != b.shape:
+            problems.append(f"output {i}: shape {a.shape} != {b.shape}")
+            continue
+        if np.issubdtype(b.dtype, np.integer) or b.dtype == np.bool_:
+            if not np.array_equal(a, b):
+                problems.append(f"output {i}: integer results differ")
+            continue
+        tol = 1e-5 if b.dtype in (np.float32, np.complex64) else 1e-10
+        err = float(np.abs(a - b).max() / max(float(np.abs(b).max()), 1e-300)) if b.size else 0.0
+        if not err <= tol:
+            problems.append(f"output {i}: max relative error {err:.2e} > {tol:g}")
+    if len(got) != len(ref):
+        problems.append(f"{len(got)} outputs, expected {len(ref)}")
+    return problems
+
+
+def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: Optional[Dict[str, int]] = None,
+                nprocs: Optional[int] = None, target: str = "cpu", check: bool = False, seed: int = 0,
+                compile_only: bool = False, verbose: bool = False, rebuild: bool = False, comm=None) -> int:
+    """Lower, compile once, run on the ranks of ``comm``; rank 0 reports. Returns an exit code.
+
+    An exception on any rank prints ``distsdfg: rank R failed: ...`` and aborts the whole job.
+    """
+    from mpi4py import MPI
+
+    import distsdfg
+    from .runtime import build
+    comm = comm or MPI.COMM_WORLD
+    rank = comm.rank
+    say = (lambda msg: print(f"[distsdfg] {msg}", file=sys.stderr, flush=True)) if rank == 0 else (lambda msg: None)
+    try:
+        t0 = time.time()
+        prog, mod = load_program(spec)
+        sdfg = prog.to_sdfg()
+        sizes = dict(sizes or {})
+        P = nprocs or comm.size
+        if schedule and list(schedule) == ["auto"]:
+            sched = distsdfg.auto_schedule(sdfg, P, **sizes) if rank == 0 else None
+            sched = comm.bcast(sched, root=0) if not compile_only else sched
+        else:
+            sched = parse_schedule(schedule, sdfg)
+        distsdfg.lower(sdfg, sched, target=target)
+        say(f"{sdfg.name}: lowered with {sdfg._distsdfg.schedule} for {P} ranks ({time.time() - t0:.1f}s)")
+        if compile_only:
+            build(sdfg, verbose=True, rebuild=rebuild)
+            return 0
+        fn = distsdfg.compile(sdfg, comm=comm, verbose=(rank == 0) or verbose)
+        if hasattr(mod, "inputs"):
+            args = mod.inputs(dict(sizes))
+        else:
+            from .runtime import symbol_values
+            values = symbol_values(sdfg, {}, sizes)
+            args = random_inputs(sdfg, values, seed)
+        t1 = time.time()
+        out = fn(**args, **sizes)
+        elapsed = comm.allreduce(time.time() - t1, op=MPI.MAX)
+        code = 0
+        if rank == 0:
+            outs = _outputs(out)
+            say(f"ran on {comm.size} ranks in {elapsed:.3f}s; outputs: "
+                + (", ".join(f"{o.dtype}{list(o.shape)}" for o in outs) or "none"))
+            if check:
+                ref_sdfg = prog.to_sdfg()
+                ref_sdfg.name = f"{ref_sdfg.name}_reference"
+                if hasattr(mod, "inputs"):
+                    ref_args = mod.inputs(dict(sizes))
+                else:
+                    ref_args = random_inputs(ref_sdfg, symbol_values(ref_sdfg, {}, sizes), seed)
+                ref_fn, _ = build(ref_sdfg, verbose=True)
+                ref = _outputs(ref_fn(**ref_args, **sizes))
+                problems = _compare(outs, ref)
+                if problems:
+                    say("check against a single-process run FAILED: " + "; ".join(problems))
+                    code = 3
+                else:
+                    say("check against a single-process run: OK")
+        return comm.bcast(code, root=0)
+    except SystemExit:
+        raise
+    except Exception as exc:
+        print(f"distsdfg: rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        if verbose:
+            traceback.print_exc()
+        if comm.size > 1:
+            comm.Abort(2)
+        return 2
+
+
+def symbol_values(sdfg, arrays, sizes):
+    from .runtime import symbol_values as sv
+    return sv(sdfg, arrays, sizes)

@@ -1,0 +1,117 @@
+"""The distsdfg command: run (local ranks, --check), plan --json/--plot, slurm scripts, failures."""
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from distsdfg.launch import launcher_argv, mpiexec_argv, srun_argv
+from distsdfg.slurm import SlurmJob, sbatch_script
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+
+
+def _env(extra_path=None):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["PATH"] = os.pathsep.join(filter(None, [extra_path, BIN, env.get("PATH", "")]))
+    return env
+
+
+def _distsdfg(args, cwd, timeout=900, extra_path=None):
+    return subprocess.run([sys.executable, "-m", "distsdfg"] + args, cwd=cwd, env=_env(extra_path),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+MLP = ["_MatMult_.gemm_map=1,4,1", "_Add__map=1,4", "_numpy_maximum__map=1,4", "_MatMult__2.gemm_map=1,1,4"]
+
+
+@pytest.mark.parametrize("program,schedule", [
+    ("examples/mlp.py:mlp", MLP),
+    ("examples/softmax.py:softmax", ["auto"]),
+])
+def test_run_example_with_check(tmp_path, program, schedule):
+    r = _distsdfg(["run", os.path.join(ROOT, program), "-n", "4", "--check", "--schedule"] + schedule, tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "check against a single-process run: OK" in r.stderr
+    # Only rank 0 reports.
+    assert r.stderr.count("ran on 4 ranks") == 1
+    # The second run finds the build.
+    r2 = _distsdfg(["run", os.path.join(ROOT, program), "-n", "4", "--schedule"] + schedule, tmp_path)
+    assert r2.returncode == 0 and "reusing the build" in r2.stderr, r2.stderr[-2000:]
+
+
+def test_failing_rank_ends_the_job(tmp_path):
+    r = _distsdfg(["run", os.path.join(ROOT, "tests/data/faulty.py"), "-n", "4", "--schedule", "_Mult__map=4",
+                   "--timeout", "300"], tmp_path, timeout=400)
+    assert r.returncode != 0
+    assert "rank 2 failed" in r.stderr and "cannot read its input file" in r.stderr
+
+
+def test_plan_json_equals_comm_report(tmp_path):
+    import distsdfg
+    from distsdfg.runner import load_program
+    r = _distsdfg(["plan", os.path.join(ROOT, "examples/matmul.py:matmul"), "-n", "4", "--json", "--schedule",
+                   "gemm_map=2,1,2", "--sizes", "M=256", "N=128", "K=192", "--plot", str(tmp_path / "b.png")],
+                  tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout)
+    prog, _ = load_program(os.path.join(ROOT, "examples/matmul.py:matmul"))
+    sd = prog.to_sdfg()
+    distsdfg.lower(sd, {"_MatMult_.gemm_map": (2, 1, 2)})
+    want = distsdfg.comm_report(sd, nprocs=4, M=256, N=128, K=192)
+    assert [(s["collective"], s["array"], s["sent"], s["received"]) for s in got["steps"]] == \
+        [(s.collective, s.array, list(s.sent), list(s.received)) for s in want]
+    assert got["total_bytes"] == sum(sum(s.sent) for s in want)
+    assert got["io_lower_bound_per_rank"]["_MatMult_.gemm_map"] > 0
+    assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_launcher_follows_the_environment():
+    plain = launcher_argv(4, ["x.py"], env={"PATH": os.environ["PATH"]}, timeout=60)
+    assert plain == mpiexec_argv(4, ["x.py"], timeout=60)
+    assert srun_argv(8, ["x.py"])[:2] == ["srun", "--ntasks=8"]
+
+
+def test_sbatch_script_content():
+    job = SlurmJob("prog.py:f", nodes=128, ntasks_per_node=1, gpus_per_node=1, time="00:30:00", partition="normal",
+                   account="s123", constraint="gpu", modules=("daint-gpu", "cray-python"), env=(("FOO", "a b"),),
+                   target="gpu", run_args=("--schedule", "auto"))
+    s = sbatch_script(job)
+    for line in ["#SBATCH --nodes=128", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=1",
+                 "#SBATCH --time=00:30:00", "#SBATCH --partition=normal", "#SBATCH --account=s123",
+                 "#SBATCH --constraint=gpu", "module load daint-gpu", "export MPICH_RDMA_ENABLED_CUDA=1",
+                 "export FOO='a b'", "export OMP_NUM_THREADS=1"]:
+        assert any(l == line or l.startswith(line + " ") for l in s.splitlines()), line
+    lines = s.splitlines()
+    compile_line = next(i for i, l in enumerate(lines) if "--compile-only" in l)
+    srun_line = next(i for i, l in enumerate(lines) if l.startswith("srun "))
+    assert compile_line < srun_line and "-n 128" in lines[srun_line] and "--target gpu" in lines[srun_line]
+
+
+def _standins(d):
+    """srun and sbatch that run locally with the bundled mpiexec."""
+    d.mkdir()
+    (d / "srun").write_text('#!/bin/bash\nn=1\nargs=()\nfor a in "$@"; do case "$a" in --ntasks=*) n="${a#*=}";;'
+                            ' --ntasks-per-node=*) ;; *) args+=("$a");; esac; done\n'
+                            f'exec "{BIN}/mpiexec" -n "$n" "${{args[@]}}"\n')
+    (d / "sbatch").write_text('#!/bin/bash\nscript="$1"\nout=$(grep -- "--output=" "$script" | sed "s/.*--output=//;'
+                              ' s/%j/42/")\nexport SLURM_JOB_ID=42 SLURM_NTASKS=4\nbash "$script" > "$out" 2>&1\n'
+                              'rc=$?\necho "Submitted batch job 42"\ncat "$out"\nexit $rc\n')
+    for f in ("srun", "sbatch"):
+        (d / f).chmod((d / f).stat().st_mode | stat.S_IEXEC)
+
+
+def test_slurm_script_runs_under_standins(tmp_path):
+    _standins(tmp_path / "bin")
+    r = _distsdfg(["slurm", os.path.join(ROOT, "examples/matmul.py:matmul"), "--nodes", "2", "--ntasks-per-node", "2",
+                   "--time", "00:10:00", "--schedule", "gemm_map=2,2,1", "--sizes", "M=128", "N=64", "K=96",
+                   "--check", "--job-name", "mm", "--submit"], tmp_path, extra_path=str(tmp_path / "bin"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert (tmp_path / "mm.sbatch").exists()
+    out = (tmp_path / "mm-42.out").read_text()
+    assert "compiled in" in out                                   # the compile step before srun
+    assert "reusing the build" in out                             # srun's rank 0 compiled nothing
+    assert "check against a single-process run: OK" in out

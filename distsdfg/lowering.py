@@ -134,7 +134,7 @@ class _Rewriter:
             boxes=tuple(tuple((str(b), str(e)) for b, e in box) for box in boxes),
             origin=tuple(str(o) for o in start), local_shape=tuple(str(s) for s in shape),
             global_shape=tuple(str(s) for s in desc.shape), op=op, acc=acc, exact=c.write_exact, source=source,
-            view_shape=view)
+            view_shape=view, global_strides=tuple(str(s) for s in desc.strides))
         self.steps.append(s)
         return s
 

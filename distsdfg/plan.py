@@ -66,6 +66,7 @@ class StepSpec:
     acc: bool = False              # reduce into the destination's current values
     exact: bool = True             # the written block is fully written
     source: Optional[Layout] = None  # redist: the distributed copy the blocks come from
+    global_strides: Tuple[str, ...] = ()  # element strides of the global array (views may be strided)
     view_shape: Tuple[str, ...] = ()  # redist: boxes are in this reshape of the array
 
     @property
@@ -109,6 +110,7 @@ class ConcreteStep:
     rcolor: Tuple[int, ...]
     rkey: Tuple[int, ...]
     flags: int
+    global_strides: Tuple[int, ...] = ()
 
     @property
     def uses_replicate(self) -> bool:
@@ -282,8 +284,9 @@ def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int):
         flags |= F_MERGE
     if spec.kind == "reduce" and not spec.acc and overlap:
         flags |= F_MASK
+    strides = tuple(evaluate(x, values) for x in spec.global_strides) if spec.global_strides else ()
     return ConcreteStep(spec, nranks, gshape, lshape, tuple(blocks), tuple(pcolor), tuple(pkey), tuple(rcolor),
-                        tuple(rkey), flags)
+                        tuple(rkey), flags, strides)
 
 
 def _overlapping(blocks: List[RankBlock]) -> bool:
@@ -323,13 +326,24 @@ def _encode_redist(cs: ConcreteRedist) -> List[int]:
     return out
 
 
+def _strides(cs: ConcreteStep) -> Tuple[int, ...]:
+    """The global array's element strides (row-major unless the lowering recorded others)."""
+    if cs.global_strides:
+        return cs.global_strides
+    out, acc = [], 1
+    for n in reversed(cs.global_shape):
+        out.insert(0, acc)
+        acc *= n
+    return tuple(out)
+
+
 def encode_step(cs) -> List[int]:
     if isinstance(cs, ConcreteRedist):
         return _encode_redist(cs)
     spec = cs.spec
     nd = len(cs.global_shape)
     out = [KIND_CODES[spec.kind], DTYPE_CODES[spec.dtype], OP_CODES[spec.op], nd, cs.nranks, cs.flags]
-    out += list(cs.global_shape) + list(cs.local_shape)
+    out += list(cs.global_shape) + list(cs.local_shape) + list(_strides(cs))
     for q, b in enumerate(cs.blocks):
         out += list(b.origin) + list(b.start) + list(b.size)
         out += [cs.pcolor[q], cs.pkey[q], cs.rcolor[q], cs.rkey[q]]

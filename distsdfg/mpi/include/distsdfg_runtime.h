@@ -2,8 +2,10 @@
 //
 // A step is described by a table of int64 values that the Python side computes from the
 // solved communication plan (distsdfg/plan.py, `encode_step`). The layout of a step is
-//   [kind, dtype, op, ndim, nranks, flags, gshape[ndim], lshape[ndim],
+//   [kind, dtype, op, ndim, nranks, flags, gshape[ndim], lshape[ndim], gstrides[ndim],
 //    per rank: origin[ndim], start[ndim], size[ndim], pcolor, pkey, rcolor, rkey]
+// (gstrides: the global array's element strides, so that strided views such as a transposed
+// operand are read and written in place).
 // `start`/`size` give the rank's block in global coordinates, `origin` the global index of
 // the first element of its local buffer. The partition sub-communicator (pcolor/pkey)
 // holds one rank per distinct block and always has world rank 0 as key 0; the replicate
@@ -102,8 +104,15 @@ struct Step {
     int64_t flags() const { return t[5]; }
     const int64_t* gshape() const { return t + 6; }
     const int64_t* lshape() const { return t + 6 + ndim(); }
+    const int64_t* gstrides() const { return t + 6 + 2 * ndim(); }
     int64_t rec() const { return 3 * ndim() + 4; }
-    const int64_t* rank(int64_t q) const { return t + 6 + 2 * ndim() + q * rec(); }
+    const int64_t* rank(int64_t q) const { return t + 6 + 3 * ndim() + q * rec(); }
+    /// One past the largest element offset of the global array.
+    int64_t gextent() const {
+        int64_t e = 1;
+        for (int64_t d = 0; d < ndim(); ++d) e += (gshape()[d] - 1) * gstrides()[d];
+        return e;
+    }
     const int64_t* origin(int64_t q) const { return rank(q); }
     const int64_t* start(int64_t q) const { return rank(q) + ndim(); }
     const int64_t* size(int64_t q) const { return rank(q) + 2 * ndim(); }
@@ -142,6 +151,38 @@ inline void for_runs(int64_t nd, const int64_t* shape, const int64_t* origin, co
         }
         if (d < 0) return;
     }
+}
+
+/// As for_runs, for a global array with explicit element strides (runs are contiguous only
+/// when the last stride is 1).
+template <typename F>
+inline void for_runs_strided(int64_t nd, const int64_t* strides, const int64_t* start, const int64_t* size, F f) {
+    for (int64_t d = 0; d < nd; ++d)
+        if (size[d] <= 0) return;
+    if (nd == 0) { f(0, 0, 1); return; }
+    const bool contiguous = strides[nd - 1] == 1;
+    const int64_t outer = contiguous ? nd - 1 : nd;
+    const int64_t run = contiguous ? size[nd - 1] : 1;
+    std::vector<int64_t> idx(nd, 0);
+    int64_t packed = 0;
+    while (true) {
+        int64_t off = 0;
+        for (int64_t d = 0; d < nd; ++d) off += (start[d] + idx[d]) * strides[d];
+        f(off, packed, run);
+        packed += run;
+        int64_t d = outer - 1;
+        for (; d >= 0; --d) {
+            if (++idx[d] < size[d]) break;
+            idx[d] = 0;
+        }
+        if (d < 0) return;
+    }
+}
+
+template <typename T>
+inline void pack_global(const Step& s, const T* global, int64_t q, T* out) {
+    for_runs_strided(s.ndim(), s.gstrides(), s.start(q), s.size(q),
+                     [&](int64_t off, int64_t p, int64_t n) { std::memcpy(out + p, global + off, n * sizeof(T)); });
 }
 
 template <typename T>
@@ -214,7 +255,7 @@ void scatter(const Step& s, const T* global, T* local, int me) {
                 total += counts[i];
             }
             sendbuf.resize(total);
-            for (size_t i = 0; i < mem.size(); ++i) pack(s, global, s.gshape(), zero, mem[i], sendbuf.data() + displs[i]);
+            for (size_t i = 0; i < mem.size(); ++i) pack_global(s, global, mem[i], sendbuf.data() + displs[i]);
         }
         check(MPI_Scatterv(sendbuf.data(), counts.data(), displs.data(), ty, mine.data(), int(mine.size()), ty, 0, pc),
               "Scatterv");
@@ -253,8 +294,7 @@ void gather(const Step& s, const T* local, T* global, int me, bool reduce) {
     check(MPI_Gatherv(mine.data(), int(n), ty, recvbuf.data(), counts.data(), displs.data(), ty, 0, pc), "Gatherv");
     if (me != 0) return;
     const int64_t nd = s.ndim();
-    int64_t gsize = 1;
-    for (int64_t d = 0; d < nd; ++d) gsize *= s.gshape()[d];
+    const int64_t gsize = s.gextent();
     const bool acc = s.flags() & F_ACC, merge = s.flags() & F_MERGE, mask = s.flags() & F_MASK;
     std::vector<T> snapshot;
     std::vector<char> seen;
@@ -263,7 +303,7 @@ void gather(const Step& s, const T* local, T* global, int me, bool reduce) {
     for (size_t i = 0; i < mem.size(); ++i) {
         const T* src = recvbuf.data() + displs[i];
         int64_t q = mem[i];
-        for_runs(nd, s.gshape(), zero, s.start(q), s.size(q), [&](int64_t off, int64_t p, int64_t len) {
+        for_runs_strided(nd, s.gstrides(), s.start(q), s.size(q), [&](int64_t off, int64_t p, int64_t len) {
             for (int64_t j = 0; j < len; ++j) {
                 T v = src[p + j];
                 T& g = global[off + j];

@@ -115,7 +115,7 @@ def cmd_run(args):
     if args.here or args.compile_only:
         sys.exit(run_program(args.program, schedule=args.schedule, sizes=_sizes(args.sizes), nprocs=args.n,
                              target=args.target, check=args.check, seed=args.seed, compile_only=args.compile_only,
-                             verbose=args.verbose, rebuild=args.rebuild))
+                             verbose=args.verbose, rebuild=args.rebuild, save=args.save))
     from distsdfg.launch import launcher_argv
     n = args.n or 1
     inner = ["-m", "distsdfg", "run", args.program, "-n", str(n), "--target", args.target, "--seed", str(args.seed),
@@ -127,6 +127,8 @@ def cmd_run(args):
     for flag in ("check", "verbose", "rebuild"):
         if getattr(args, flag):
             inner.append("--" + flag)
+    if args.save:
+        inner += ["--save", os.path.abspath(args.save)]
     sys.exit(_launch(launcher_argv(n, inner, timeout=args.timeout), args.timeout))
 
 
@@ -186,6 +188,7 @@ def main(argv=None):
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--verbose", action="store_true", help="progress and tracebacks from every rank")
     p.add_argument("--rebuild", action="store_true", help="compile even if an identical build exists")
+    p.add_argument("--save", default=None, help="FILE.npz: rank 0 saves the outputs")
     p.add_argument("--here", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--compile-only", action="store_true", help="lower and compile in this process, then stop")
     p.set_defaults(fn=cmd_run)

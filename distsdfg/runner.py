@@ -112,7 +112,8 @@ def _compare(got: List[np.ndarray], ref: List[np.ndarray]) -> List[str]:
 
 def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: Optional[Dict[str, int]] = None,
                 nprocs: Optional[int] = None, target: str = "cpu", check: bool = False, seed: int = 0,
-                compile_only: bool = False, verbose: bool = False, rebuild: bool = False, comm=None) -> int:
+                compile_only: bool = False, verbose: bool = False, rebuild: bool = False, save: Optional[str] = None,
+                comm=None) -> int:
     """Lower, compile once, run on the ranks of ``comm``; rank 0 reports. Returns an exit code.
 
     An exception on any rank prints ``distsdfg: rank R failed: ...`` and aborts the whole job.
@@ -155,6 +156,8 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
             outs = _outputs(out)
             say(f"ran on {comm.size} ranks in {elapsed:.3f}s; outputs: "
                 + (", ".join(f"{o.dtype}{list(o.shape)}" for o in outs) or "none"))
+            if save:
+                np.savez(save, *outs)
             if check:
                 ref_sdfg = prog.to_sdfg()
                 ref_sdfg.name = f"{ref_sdfg.name}_reference"

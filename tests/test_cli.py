@@ -43,6 +43,18 @@ def test_run_example_with_check(tmp_path, program, schedule):
     assert r2.returncode == 0 and "reusing the build" in r2.stderr, r2.stderr[-2000:]
 
 
+def test_runs_are_bitwise_deterministic(tmp_path):
+    import numpy as np
+    args = ["run", os.path.join(ROOT, "examples/matmul.py:matmul"), "-n", "4", "--schedule", "gemm_map=2,1,2",
+            "--sizes", "M=64", "N=48", "K=40"]
+    outs = []
+    for k in range(2):
+        r = _distsdfg(args + ["--save", str(tmp_path / f"out{k}.npz")], tmp_path)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs.append(np.load(tmp_path / f"out{k}.npz")["arr_0"])
+    assert outs[0].tobytes() == outs[1].tobytes()
+
+
 def test_failing_rank_ends_the_job(tmp_path):
     r = _distsdfg(["run", os.path.join(ROOT, "tests/data/faulty.py"), "-n", "4", "--schedule", "_Mult__map=4",
                    "--timeout", "300"], tmp_path, timeout=400)

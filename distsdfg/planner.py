@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from dace.sdfg import SDFG
 
-from .costmodel import ZERO, CostModel, Cost, Split, get_model
+from .costmodel import CostModel, get_model
 from .eingraph import EinGraph, Vertex, build_graph
 from .errors import DistributedLoweringError, ScheduleError
 from .schedule import Schedule, as_schedule

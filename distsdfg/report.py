@@ -11,11 +11,17 @@ from .runtime import lowered_of, solve_plan
 __all__ = ["comm_report", "comm_plans", "format_report", "bytes_per_kernel", "matmul_io_lower_bounds"]
 
 
+def _values(sdfg: SDFG, symbols) -> Dict[str, int]:
+    """The SDFG's integer constants, overridden by the given symbol values."""
+    values = {k: int(v) for k, v in sdfg.constants.items() if isinstance(v, (int,)) or hasattr(v, "__int__")}
+    values.update({k: int(v) for k, v in symbols.items()})
+    return values
+
+
 def comm_report(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List[CommStep]:
     """CommSteps of one run of ``sdfg`` for concrete sizes, on ``nprocs`` ranks (default: the schedule's)."""
     low = lowered_of(sdfg)
-    values = {k: int(v) for k, v in sdfg.constants.items() if isinstance(v, (int,)) or hasattr(v, "__int__")}
-    values.update({k: int(v) for k, v in symbols.items()})
+    values = _values(sdfg, symbols)
     P = nprocs or low.nprocs
     out: List[CommStep] = []
     for cs in solve_plan(low, values, P):
@@ -28,8 +34,7 @@ def comm_plans(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List["
     another (grid-to-grid), in program order, for concrete sizes."""
     from .plan import ConcreteRedist
     low = lowered_of(sdfg)
-    values = {k: int(v) for k, v in sdfg.constants.items() if isinstance(v, (int,)) or hasattr(v, "__int__")}
-    values.update({k: int(v) for k, v in symbols.items()})
+    values = _values(sdfg, symbols)
     return [cs.plan for cs in solve_plan(low, values, nprocs or low.nprocs) if isinstance(cs, ConcreteRedist)]
 
 
@@ -43,8 +48,7 @@ def format_report(steps: List[CommStep]) -> str:
 def bytes_per_kernel(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> Dict[str, int]:
     """Bytes sent per kernel (label), the communication that kernel's inputs and outputs cause."""
     low = lowered_of(sdfg)
-    values = {k: int(v) for k, v in sdfg.constants.items() if isinstance(v, (int,)) or hasattr(v, "__int__")}
-    values.update({k: int(v) for k, v in symbols.items()})
+    values = _values(sdfg, symbols)
     out: Dict[str, int] = {k.label: 0 for k in low.kernels}
     for cs in solve_plan(low, values, nprocs or low.nprocs):
         out[cs.spec.kernel_label] = out.get(cs.spec.kernel_label, 0) + sum(sum(c.sent) for c in comm_steps(cs))

@@ -142,12 +142,7 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
             build(sdfg, verbose=True, rebuild=rebuild)
             return 0
         fn = distsdfg.compile(sdfg, comm=comm, verbose=(rank == 0) or verbose)
-        if hasattr(mod, "inputs"):
-            args = mod.inputs(dict(sizes))
-        else:
-            from .runtime import symbol_values
-            values = symbol_values(sdfg, {}, sizes)
-            args = random_inputs(sdfg, values, seed)
+        args = _arguments(mod, sdfg, sizes, seed)
         t1 = time.time()
         out = fn(**args, **sizes)
         elapsed = comm.allreduce(time.time() - t1, op=MPI.MAX)
@@ -161,10 +156,7 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
             if check:
                 ref_sdfg = prog.to_sdfg()
                 ref_sdfg.name = f"{ref_sdfg.name}_reference"
-                if hasattr(mod, "inputs"):
-                    ref_args = mod.inputs(dict(sizes))
-                else:
-                    ref_args = random_inputs(ref_sdfg, symbol_values(ref_sdfg, {}, sizes), seed)
+                ref_args = _arguments(mod, ref_sdfg, sizes, seed)
                 ref_fn, _ = build(ref_sdfg, verbose=True)
                 ref = _outputs(ref_fn(**ref_args, **sizes))
                 problems = _compare(outs, ref)
@@ -185,6 +177,9 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
         return 2
 
 
-def symbol_values(sdfg, arrays, sizes):
-    from .runtime import symbol_values as sv
-    return sv(sdfg, arrays, sizes)
+def _arguments(mod, sdfg, sizes: Dict[str, int], seed: int) -> Dict[str, object]:
+    """The module's ``inputs(sizes)`` hook when it has one, else random data for ``sdfg``."""
+    if hasattr(mod, "inputs"):
+        return mod.inputs(dict(sizes))
+    from .runtime import symbol_values
+    return random_inputs(sdfg, symbol_values(sdfg, {}, sizes), seed)

@@ -127,34 +127,9 @@ struct Step {
     }
 };
 
-/// Calls f(offset_in_buffer, offset_in_packed, run_length) for every contiguous run of the
-/// box (start, size) of an array whose element [origin] is at the buffer's start.
-template <typename F>
-inline void for_runs(int64_t nd, const int64_t* shape, const int64_t* origin, const int64_t* start,
-                     const int64_t* size, F f) {
-    for (int64_t d = 0; d < nd; ++d)
-        if (size[d] <= 0) return;
-    if (nd == 0) { f(0, 0, 1); return; }
-    std::vector<int64_t> stride(nd), idx(nd, 0);
-    stride[nd - 1] = 1;
-    for (int64_t d = nd - 2; d >= 0; --d) stride[d] = stride[d + 1] * shape[d + 1];
-    int64_t packed = 0, run = size[nd - 1];
-    while (true) {
-        int64_t off = 0;
-        for (int64_t d = 0; d < nd; ++d) off += (start[d] - origin[d] + idx[d]) * stride[d];
-        f(off, packed, run);
-        packed += run;
-        int64_t d = nd - 2;
-        for (; d >= 0; --d) {
-            if (++idx[d] < size[d]) break;
-            idx[d] = 0;
-        }
-        if (d < 0) return;
-    }
-}
-
-/// As for_runs, for a global array with explicit element strides (runs are contiguous only
-/// when the last stride is 1).
+/// Calls f(offset_in_buffer, offset_in_packed, run_length) for every run of the box
+/// (start, size) of an array with element strides ``strides`` (runs are contiguous only
+/// when the last stride is 1; global arrays may be strided views).
 template <typename F>
 inline void for_runs_strided(int64_t nd, const int64_t* strides, const int64_t* start, const int64_t* size, F f) {
     for (int64_t d = 0; d < nd; ++d)
@@ -183,6 +158,19 @@ template <typename T>
 inline void pack_global(const Step& s, const T* global, int64_t q, T* out) {
     for_runs_strided(s.ndim(), s.gstrides(), s.start(q), s.size(q),
                      [&](int64_t off, int64_t p, int64_t n) { std::memcpy(out + p, global + off, n * sizeof(T)); });
+}
+
+/// The same for a row-major buffer of ``shape`` whose element [origin] is at its start.
+template <typename F>
+inline void for_runs(int64_t nd, const int64_t* shape, const int64_t* origin, const int64_t* start,
+                     const int64_t* size, F f) {
+    std::vector<int64_t> stride(nd), rel(nd);
+    for (int64_t d = nd - 1, acc = 1; d >= 0; --d) {
+        stride[d] = acc;
+        acc *= shape[d];
+        rel[d] = start[d] - origin[d];
+    }
+    for_runs_strided(nd, stride.data(), rel.data(), size, f);
 }
 
 template <typename T>

@@ -45,6 +45,7 @@ class Lowered:
     kernels: List[KernelGrid]
     even_checks: List[Tuple[str, int, str, int]]   # (map key, axis, extent expr, parts)
     target: str = "cpu"
+    homes: List = dataclasses.field(default_factory=list)   # HomeSpec per array kept across states
 
     @property
     def nprocs(self) -> int:
@@ -84,6 +85,7 @@ class ArrayState:
     """Where an array's current value lives between kernels."""
     holdings: List[Holding] = dataclasses.field(default_factory=list)
     root_valid: bool = True
+    all_valid: bool = False          # every rank's own copy of the array holds the value
 
 
 class _Rewriter:
@@ -106,6 +108,7 @@ class _Rewriter:
         self.data: Dict[str, ArrayState] = {}
         self.future: List[Tuple] = []     # remaining events of the segment, for look-ahead
         self.touched: set = set()         # global arrays whose access nodes we edited
+        self.repeats: Tuple[str, bool] = ("1", False)   # trip count of the state being rewritten
 
     # -- helpers --------------------------------------------------------------------------------
     def root(self, arr: str) -> str:
@@ -121,7 +124,7 @@ class _Rewriter:
                 tuple(str(s) for s in self.sdfg.arrays[arr].shape))
 
     def spec(self, kp: KernelPlan, kind: str, arr: str, local: str, c: ArrayConstraint, boxes, *, op=None,
-             acc=False, source: Optional[Layout] = None) -> StepSpec:
+             acc=False, source: Optional[Layout] = None, home: str = "", inplace: bool = False) -> StepSpec:
         start, shape, view = c.alloc_start, c.alloc_shape, ()
         if kind == "redist":     # between distributed copies: named by the underlying array
             arr, boxes, start, shape, view = self.coords(arr, c, boxes)
@@ -134,7 +137,8 @@ class _Rewriter:
             boxes=tuple(tuple((str(b), str(e)) for b, e in box) for box in boxes),
             origin=tuple(str(o) for o in start), local_shape=tuple(str(s) for s in shape),
             global_shape=tuple(str(s) for s in desc.shape), op=op, acc=acc, exact=c.write_exact, source=source,
-            view_shape=view, global_strides=tuple(str(s) for s in desc.strides))
+            view_shape=view, global_strides=tuple(str(s) for s in desc.strides), home=home, inplace=inplace,
+            repeats=self.repeats[0], at_most=self.repeats[1])
         self.steps.append(s)
         return s
 
@@ -448,7 +452,7 @@ class _Rewriter:
                     touched = {e.dst.data for e in st.out_edges(n) if isinstance(e.dst, nodes.AccessNode)
                                and self.root(e.dst.data) != self.root(n.data)}
                     if touched:
-                        out.append(("root", touched | {n.data}, touched))
+                        out.append(("root", touched | {n.data}, touched, n, st))
                 elif not isinstance(n, (nodes.ExitNode,)):
                     reads = {e.data.data for e in st.in_edges(n) if not e.data.is_empty()}
                     writes = {e.data.data for e in st.out_edges(n) if not e.data.is_empty()}
@@ -456,30 +460,39 @@ class _Rewriter:
                         ex = st.exit_node(n)
                         writes |= {e.data.data for e in st.out_edges(ex) if not e.data.is_empty()}
                     if reads or writes:
-                        out.append(("root", reads | writes, writes))
+                        out.append(("root", reads | writes, writes, n, st))
             reads = dc.interstate_reads(self.sdfg, st)
             if reads:
-                out.append(("root", reads, set()))
+                out.append(("root", reads, set(), None, st))
         return out
+
+    def kernel_event(self, kp: KernelPlan):
+        for s, g in zip(kp.rank_syms, kp.grid):
+            if g > 1 and str(s) not in self.sdfg.symbols:
+                self.sdfg.add_symbol(str(s), dace.int64)
+        self.touched |= set(kp.arrays) | set(self.touches(kp))
+        if kp.kernel.kind == "map":
+            self.map_kernel(kp)
+        else:
+            self.library_kernel(kp)
+
+    def root_event(self, ev: Tuple):
+        self.root_access({self.root(a) for a in ev[1]}, {self.root(a) for a in ev[2]})
+
+    def drain(self):
+        """Rewrite the remaining events of the segment in order."""
+        while self.future:
+            ev = self.future.pop(0)
+            if ev[0] == "kernel":
+                self.kernel_event(ev[1])
+            else:
+                self.root_event(ev)
 
     def run(self, segments: List[List[SDFGState]], plans: Dict[nodes.Node, KernelPlan]):
         for states in segments:
             self.data = {}
             self.future = self.events(states, plans)
-            while self.future:
-                ev = self.future.pop(0)
-                if ev[0] == "kernel":
-                    kp = ev[1]
-                    for s, g in zip(kp.rank_syms, kp.grid):
-                        if g > 1 and str(s) not in self.sdfg.symbols:
-                            self.sdfg.add_symbol(str(s), dace.int64)
-                    self.touched |= set(kp.arrays) | set(self.touches(kp))
-                    if kp.kernel.kind == "map":
-                        self.map_kernel(kp)
-                    else:
-                        self.library_kernel(kp)
-                else:
-                    self.root_access({self.root(a) for a in ev[1]}, {self.root(a) for a in ev[2]})
+            self.drain()
 
 
 def _schedule_hash(sdfg_name: str, schedule: Schedule, target: str) -> str:
@@ -521,7 +534,12 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu") -> SDFG:
     sdfg.add_array(PLAN_ARRAY, [dc.sym(PLAN_LEN)], dace.int64)
     segments, linear = dc.program_segments(sdfg)
     views = dc.reshape_views(sdfg)
-    rw = _Rewriter(sdfg, linear=linear, viewed=dc.viewed_arrays(sdfg, exclude=views), views=views)
+    viewed = dc.viewed_arrays(sdfg, exclude=views)
+    if linear:
+        rw = _Rewriter(sdfg, linear=True, viewed=viewed, views=views)
+    else:
+        from .loops import MachineRewriter
+        rw = MachineRewriter(sdfg, viewed=viewed, views=views)
     rw.run(segments, {kp.kernel.node: kp for kp in plans})
     dc.remove_unused_transients(sdfg, rw.touched)
     kgrids = []
@@ -531,6 +549,6 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu") -> SDFG:
     original = sdfg.name
     sdfg.name = f"{original}_d{_schedule_hash(original, schedule, target)}"
     sdfg._distsdfg = Lowered(schedule.with_sdfg(original) if schedule.sdfg is None else schedule, original,
-                             rw.steps, kgrids, even_checks, target)
+                             rw.steps, kgrids, even_checks, target, getattr(rw, "home_specs", list)())
     sdfg.validate()
     return sdfg

@@ -11,15 +11,18 @@ import sympy
 
 from . import dace_compat as dc
 
-__all__ = ["Layout", "StepSpec", "RankBlock", "ConcreteStep", "ConcreteRedist", "CommStep", "solve_step",
-           "encode_plan", "comm_steps", "DTYPE_CODES", "OP_CODES"]
+__all__ = ["Layout", "StepSpec", "RankBlock", "ConcreteStep", "ConcreteRedist", "CommStep", "HomeSpec",
+           "HomeSolution", "solve_homes", "solve_step", "encode_plan", "comm_steps", "DTYPE_CODES", "OP_CODES",
+           "ROOT_HOME", "ALL_HOME"]
 
 DTYPE_CODES = {"float32": 0, "float64": 1, "int32": 2, "int64": 3, "uint32": 4, "uint64": 5, "int8": 6, "uint8": 7,
                "int16": 8, "uint16": 9, "complex64": 10, "complex128": 11, "bool": 12}
 OP_CODES = {None: 0, "sum": 1, "prod": 2, "max": 3, "min": 4}
 KIND_CODES = {"scatter": 1, "gather": 2, "reduce": 3, "fill": 4, "redist": 5}
 MODE_CODES = {"local": 0, "Allreduce": 1, "Reduce_scatter": 2, "Allgatherv": 3, "Alltoallw": 4, "Alltoallv": 5,
-              "Reduce": 6}
+              "Reduce": 6, "Isend/Irecv": 7}
+#: ``Layout.home`` of the program's own array: held whole by rank 0 only / by every rank.
+ROOT_HOME, ALL_HOME = "^", "*"
 F_ACC, F_MERGE, F_REPL, F_MASK = 1, 2, 4, 8
 
 
@@ -39,6 +42,10 @@ class Layout:
     local_shape: Tuple[str, ...]
     op: Optional[str] = None
     view_shape: Tuple[str, ...] = ()     # boxes are in this reshape of the array (a DaCe View)
+    # The buffer is an array's home across states (``HomeSpec.name``): its origin and shape are
+    # solved per rank, and empty ``boxes`` mean the owners' blocks. ROOT_HOME / ALL_HOME: the
+    # program's array itself, whole on rank 0 / on every rank.
+    home: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,22 +75,28 @@ class StepSpec:
     source: Optional[Layout] = None  # redist: the distributed copy the blocks come from
     global_strides: Tuple[str, ...] = ()  # element strides of the global array (views may be strided)
     view_shape: Tuple[str, ...] = ()  # redist: boxes are in this reshape of the array
+    home: str = ""                 # redist: the destination layout's ``Layout.home``
+    inplace: bool = False          # redist: source and destination are one buffer (halo, write-back)
+    repeats: str = "1"             # how often the step runs per call (a loop's trip count)
+    at_most: bool = False          # ``repeats`` bounds a loop that may exit early
 
     @property
     def layout(self) -> Layout:
         """The layout this step leaves behind (for a scatter or redist) or reads (gather, reduce)."""
         return Layout(self.local, self.kernel_label, self.grid, self.rank_syms, self.boxes, self.origin,
-                      self.local_shape, self.op if self.kind == "reduce" else None, self.view_shape)
+                      self.local_shape, self.op if self.kind == "reduce" else None, self.view_shape, self.home)
 
     def __str__(self):
+        times = "" if self.repeats == "1" else f" x{'<=' if self.at_most else ''}{self.repeats}"
         if self.kind == "redist":
             src = self.source
             part = f" partial({src.op})" if src.op else ""
+            how = " in place" if self.inplace else ""
             return (f"step {self.index}: redist  {self.array} ({src.kernel_label} grid {src.grid}{part} -> "
-                    f"{self.kernel_label} grid {self.grid})")
+                    f"{self.kernel_label} grid {self.grid}{how}){times}")
         what = {"scatter": "root -> blocks", "gather": "blocks -> root", "reduce": f"partial({self.op}) -> root",
                 "fill": f"identity({self.op}) -> block" + (" (but its first holder)" if self.acc else "")}[self.kind]
-        return f"step {self.index}: {self.kind:7s} {self.array} ({what}) for {self.kernel_label} grid {self.grid}"
+        return f"step {self.index}: {self.kind:7s} {self.array} ({what}) for {self.kernel_label} grid {self.grid}{times}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,16 +132,32 @@ class ConcreteStep:
 
 @dataclasses.dataclass(frozen=True)
 class CommStep:
-    """One MPI call of a plan and its logical payload in bytes per rank (index = rank)."""
+    """One MPI call of a plan and its logical payload in bytes per rank (index = rank).
+
+    ``repeats`` is how often the call runs per program call: 1 outside loops, a loop's trip count
+    inside one (an int when the sizes given determine it, else the symbolic count as a string);
+    ``at_most`` marks a count that bounds a loop that can exit early (``break``).
+    """
     collective: str
     array: str
     sent: Tuple[int, ...]
     received: Tuple[int, ...]
-    repeats: int = 1
+    repeats: object = 1
+    at_most: bool = False
+
+    @property
+    def total_sent(self) -> Tuple[int, ...]:
+        """Bytes sent per rank over all repeats (needs a numeric ``repeats``)."""
+        return tuple(b * int(self.repeats) for b in self.sent)
+
+    @property
+    def total_received(self) -> Tuple[int, ...]:
+        return tuple(b * int(self.repeats) for b in self.received)
 
     def __str__(self):
+        times = "" if self.repeats == 1 else f" x{'<=' if self.at_most else ''}{self.repeats}"
         return (f"{self.collective:14s} {self.array:16s} sent={list(self.sent)} received={list(self.received)}"
-                + (f" x{self.repeats}" if self.repeats != 1 else ""))
+                + times)
 
 
 def _coords(q: int, grid: Sequence[int]) -> Optional[Tuple[int, ...]]:
@@ -198,10 +227,134 @@ def _box(b: RankBlock):
     return (b.start, b.size) if b.count and all(b.size) else None
 
 
-def _layout_blocks(lay, array: str, values, nranks, gshape) -> Tuple[Tuple[RankBlock, ...], Tuple[int, ...]]:
+@dataclasses.dataclass(frozen=True)
+class HomeSpec:
+    """An array's distributed copy between the states of a program with control flow.
+
+    At every state boundary the array's value lives in ``buffer`` on its owners: rank blocks
+    grown from ``anchor`` (a kernel's blocks) until they cover the array. Map kernels read and
+    write the buffer in place with global indices (``accesses``), so each rank's buffer also
+    spans the ghost cells those kernels touch; its origin and shape are solved per rank and
+    passed as the symbols ``origin_syms`` / ``shape_syms``.
+    """
+    name: str
+    array: str
+    buffer: str
+    global_shape: Tuple[str, ...]
+    anchor: Layout
+    accesses: Tuple[Layout, ...]
+    origin_syms: Tuple[str, ...]
+    shape_syms: Tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class HomeSolution:
+    """A home for concrete sizes: per rank the owned block (``origin``: the buffer's first element)."""
+    spec: HomeSpec
+    owned: Tuple[RankBlock, ...]
+    shape: Tuple[int, ...]
+
+    def symbols(self, rank: int) -> Dict[str, int]:
+        out = {s: int(n) for s, n in zip(self.spec.shape_syms, self.shape)}
+        out.update({s: int(o) for s, o in zip(self.spec.origin_syms, self.owned[rank].origin)})
+        return out
+
+
+def _cover(boxes: Sequence, gshape: Tuple[int, ...]) -> bool:
+    from .redistribute import subtract
+    left = [(tuple(0 for _ in gshape), tuple(gshape))]
+    for b in {b for b in boxes if b is not None}:
+        left = [piece for u in left for piece in subtract(u, b)]
+        if not left:
+            return True
+    return not left
+
+
+def _grow(boxes: List, gshape: Tuple[int, ...], nranks: int) -> List:
+    """Owner blocks: the anchor's blocks stretched to the array's edges, or rows split evenly."""
+    have = [b for b in boxes if b is not None]
+    nd = len(gshape)
+    if have:
+        lo = [min(b[0][d] for b in have) for d in range(nd)]
+        hi = [max(b[0][d] + b[1][d] for b in have) for d in range(nd)]
+        out = []
+        for b in boxes:
+            if b is None:
+                out.append(None)
+                continue
+            st, en = list(b[0]), [s + n for s, n in zip(b[0], b[1])]
+            for d in range(nd):
+                if st[d] == lo[d]:
+                    st[d] = 0
+                if en[d] == hi[d]:
+                    en[d] = gshape[d]
+            out.append((tuple(st), tuple(e - s for s, e in zip(st, en))))
+        if _cover(out, gshape):
+            return out
+    rows = -(-gshape[0] // nranks)
+    out = []
+    for q in range(nranks):
+        a, e = min(q * rows, gshape[0]), min((q + 1) * rows, gshape[0])
+        out.append(((a,) + (0,) * (nd - 1), (e - a,) + tuple(gshape[1:])) if e > a else None)
+    return out
+
+
+def solve_homes(homes: Sequence[HomeSpec], values: Dict[str, int], nranks: int) -> Dict[str, HomeSolution]:
+    """Owner blocks and buffer extents of every home, for concrete sizes."""
+    out = {}
+    for h in homes:
+        gshape = tuple(evaluate(s, values) for s in h.global_shape)
+        nd = len(gshape)
+        anchor = [_box(_block(h.anchor, _coords(q, h.anchor.grid), values, gshape)) for q in range(nranks)]
+        owned = _grow(anchor, gshape, nranks)
+        lo = [list(b[0]) if b is not None else None for b in owned]
+        hi = [[s + n for s, n in zip(*b)] if b is not None else None for b in owned]
+        for acc in h.accesses:
+            for q in range(nranks):
+                b = _box(_block(acc, _coords(q, acc.grid), values, gshape))
+                if b is None:
+                    continue
+                if lo[q] is None:
+                    lo[q], hi[q] = list(b[0]), [s + n for s, n in zip(*b)]
+                else:
+                    lo[q] = [min(x, y) for x, y in zip(lo[q], b[0])]
+                    hi[q] = [max(x, y + n) for x, y, n in zip(hi[q], b[0], b[1])]
+        shape = [1] * nd
+        for q in range(nranks):
+            if lo[q] is not None:
+                shape = [max(s, e - a) for s, a, e in zip(shape, lo[q], hi[q])]
+        blocks = []
+        for q in range(nranks):
+            origin = tuple(lo[q]) if lo[q] is not None else (0,) * nd
+            b = owned[q]
+            blocks.append(RankBlock(origin, b[0], b[1]) if b is not None else RankBlock(origin, (0,) * nd, (0,) * nd))
+        out[h.name] = HomeSolution(h, tuple(blocks), tuple(shape))
+    return out
+
+
+def _home_blocks(lay, values, nranks, gshape, homes) -> Tuple[Tuple[RankBlock, ...], Tuple[int, ...]]:
+    nd = len(gshape)
+    zero = (0,) * nd
+    if lay.home in (ROOT_HOME, ALL_HOME):
+        full = RankBlock(zero, zero, tuple(gshape))
+        empty = RankBlock(zero, zero, zero)
+        return tuple(full if (q == 0 or lay.home == ALL_HOME) else empty for q in range(nranks)), tuple(gshape)
+    sol = homes[lay.home]
+    if not lay.boxes:
+        return sol.owned, sol.shape
+    blocks = []
+    for q in range(nranks):
+        b = _block(lay, _coords(q, lay.grid), values, gshape)
+        blocks.append(RankBlock(sol.owned[q].origin, b.start, b.size))
+    return tuple(blocks), sol.shape
+
+
+def _layout_blocks(lay, array: str, values, nranks, gshape, homes=None) -> Tuple[Tuple[RankBlock, ...], Tuple[int, ...]]:
     """Per-rank blocks of a layout in the array's coordinates, and the (common) local buffer shape."""
     from .errors import ScheduleError
     from .redistribute import reshape_box
+    if lay.home:
+        return _home_blocks(lay, values, nranks, gshape, homes or {})
     lshape = tuple(evaluate(s, values) for s in lay.local_shape)
     blocks = [_block(lay, _coords(q, lay.grid), values,
                      tuple(evaluate(s, values) for s in lay.view_shape) if lay.view_shape else gshape)
@@ -233,21 +386,23 @@ def _layout_blocks(lay, array: str, values, nranks, gshape) -> Tuple[Tuple[RankB
     return tuple(out), (shapes.pop() if shapes else tuple(1 for _ in gshape))
 
 
-def solve_redist(spec: StepSpec, values: Dict[str, int], nranks: int) -> ConcreteRedist:
+def solve_redist(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None) -> ConcreteRedist:
     from .redistribute import plan_redistribution
     src = spec.source
     gshape = tuple(evaluate(s, values) for s in spec.global_shape)
-    sblocks, slshape = _layout_blocks(src, spec.array, values, nranks, gshape)
-    dblocks, dlshape = _layout_blocks(spec.layout, spec.array, values, nranks, gshape)
+    sblocks, slshape = _layout_blocks(src, spec.array, values, nranks, gshape, homes)
+    dblocks, dlshape = _layout_blocks(spec.layout, spec.array, values, nranks, gshape, homes)
     plan = plan_redistribution(spec.array, [_box(b) for b in sblocks], [_box(b) for b in dblocks], src.op,
-                               spec.itemsize)
+                               spec.itemsize, inplace=spec.inplace)
     return ConcreteRedist(spec, nranks, gshape, slshape, dlshape, sblocks, dblocks, plan)
 
 
-def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int):
-    """Per-rank blocks, and the partition/replicate sub-grids that move them (thesis 5.1)."""
+def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None):
+    """Per-rank blocks, and the partition/replicate sub-grids that move them (thesis 5.1).
+
+    ``homes``: the solved homes (``solve_homes``) the step's layouts may refer to."""
     if spec.kind == "redist":
-        return solve_redist(spec, values, nranks)
+        return solve_redist(spec, values, nranks, homes)
     gshape = tuple(evaluate(s, values) for s in spec.global_shape)
     lshape = tuple(evaluate(s, values) for s in spec.local_shape)
     grid = spec.grid
@@ -362,12 +517,21 @@ def encode_plan(steps: Sequence[ConcreteStep]) -> np.ndarray:
     return np.array(flat if flat else [0], dtype=np.int64)
 
 
-def comm_steps(cs) -> List[CommStep]:
+def comm_steps(cs, values: Optional[Dict[str, int]] = None) -> List[CommStep]:
     """The MPI calls a concrete step makes, with bytes sent and received per rank (self excluded).
 
-    Calls that move nothing (a scatter to rank 0 alone, a local copy) are left out.
+    Calls that move nothing (a scatter to rank 0 alone, a local copy) are left out. Each call's
+    ``repeats`` is the step's trip count, evaluated with ``values`` where they determine it.
     """
-    return [c for c in _comm_steps(cs) if any(c.sent) or any(c.received)]
+    out = [c for c in _comm_steps(cs) if any(c.sent) or any(c.received)]
+    spec = cs.spec
+    if spec.repeats == "1" and not spec.at_most:
+        return out
+    try:
+        rep = max(evaluate(spec.repeats, values or {}), 0)
+    except (KeyError, TypeError, ValueError):
+        rep = spec.repeats
+    return [dataclasses.replace(c, repeats=rep, at_most=spec.at_most) for c in out]
 
 
 def _comm_steps(cs) -> List[CommStep]:

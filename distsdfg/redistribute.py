@@ -20,6 +20,10 @@ collective              when
                         lacks, from one holder each, with MPI subarray types
 ``Alltoallv``           any other partial layout: every contribution to a needed element is sent
                         to the rank that needs it and combined there with the operator
+``Isend/Irecv``         source and destination are one buffer (``inplace``: a halo exchange, or
+                        written blocks sent back to their owners): point-to-point messages of
+                        MPI subarray types between the ranks concerned only; elements nobody
+                        else holds keep their values
 ======================  =========================================================================
 """
 from __future__ import annotations
@@ -121,7 +125,7 @@ class CommPlan:
         P, item = self.nranks, self.itemsize
         sent, recv = [0] * P, [0] * P
         c = self.collective
-        if c in ("Alltoallw", "Alltoallv"):
+        if c in ("Alltoallw", "Alltoallv", "Isend/Irecv"):
             for m in self.messages:
                 if m.src != m.dst:
                     sent[m.src] += volume(m.box) * item
@@ -189,7 +193,9 @@ class CommPlan:
                 "Allgatherv": f"Allgatherv in {len(self.groups)} group(s) of {_sizes(self.groups)}",
                 "Alltoallw": f"Alltoallw of {sum(m.src != m.dst for m in self.messages)} subarray(s)",
                 "Alltoallv": f"Alltoallv({self.op}) of {sum(m.src != m.dst for m in self.messages)} partial "
-                             f"block(s), combined on arrival"}[self.collective]
+                             f"block(s), combined on arrival",
+                "Isend/Irecv": f"Isend/Irecv of {len(self.messages)} subarray(s) between "
+                               f"{len({(m.src, m.dst) for m in self.messages})} rank pair(s), in place"}[self.collective]
         return f"{self.array}: {what}, {self.bytes:,} bytes"
 
 
@@ -264,13 +270,22 @@ def _holders_order(q: int, P: int) -> List[int]:
 
 
 def plan_redistribution(array: str, src: Sequence[Optional[Box]], dst: Sequence[Optional[Box]],
-                        op: Optional[str] = None, itemsize: int = 8) -> CommPlan:
-    """The cheapest correct way from layout ``src`` (``op``: partial) to layout ``dst``."""
+                        op: Optional[str] = None, itemsize: int = 8, inplace: bool = False) -> CommPlan:
+    """The cheapest correct way from layout ``src`` (``op``: partial) to layout ``dst``.
+
+    ``inplace``: both layouts are views of one buffer per rank; a rank keeps what it holds and
+    receives only the rest of its destination box that some other rank holds."""
     src = [_norm(b) for b in src]
     dst = [_norm(b) for b in dst]
     P = len(src)
     if len(dst) != P:
         raise ValueError("source and destination layouts must cover the same ranks")
+    if inplace:
+        if op is not None:
+            raise ValueError("an in-place redistribution cannot combine partial results")
+        msgs = tuple(m for m in _fetch(array, src, dst, strict=False) if m.src != m.dst)
+        return CommPlan(array=array, collective="Isend/Irecv" if msgs else "local", nranks=P, itemsize=itemsize,
+                        op=None, src=tuple(src), dst=tuple(dst), messages=msgs)
     if op is not None and _clean(_groups_by_block(src)) and all(len(g) == 1 for g in _groups_by_block(src).values()):
         op = None          # no element has two contributions: nothing to combine
     if op is not None:
@@ -282,6 +297,13 @@ def plan_redistribution(array: str, src: Sequence[Optional[Box]], dst: Sequence[
     ag = _allgather(src, dst)
     if ag is not None and _covers_all(ag[0], dst):
         return CommPlan(collective="Allgatherv", groups=tuple(ag[0]), pieces=tuple(ag[1]), **base)
+    return CommPlan(collective="Alltoallw", messages=tuple(_fetch(array, src, dst, strict=True)), **base)
+
+
+def _fetch(array, src, dst, strict: bool) -> List[Message]:
+    """Messages that give every rank its destination box: its own part locally, the rest from one
+    holder each (the nearest ranks after it first). ``strict``: every needed element must be held."""
+    P = len(src)
     msgs: List[Message] = []
     for q, need in enumerate(dst):
         if need is None:
@@ -302,13 +324,13 @@ def plan_redistribution(array: str, src: Sequence[Optional[Box]], dst: Sequence[
                 msgs.append(Message(p, q, piece))
                 nxt.extend(subtract(b, piece))
             rest = nxt
-        if rest:
+        if rest and strict:
             from .errors import UnsupportedProgramError
             raise UnsupportedProgramError(
                 f"`{array}`: rank {q} needs elements {rest[0]} that no rank holds after the previous kernel; "
                 f"schedule the producer so that it writes every element its consumers read")
     msgs.sort(key=lambda m: (m.src, m.dst))
-    return CommPlan(collective="Alltoallw", messages=tuple(msgs), **base)
+    return msgs
 
 
 def _covers_all(groups, dst) -> bool:

@@ -25,7 +25,7 @@ def comm_report(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List[
     P = nprocs or low.nprocs
     out: List[CommStep] = []
     for cs in solve_plan(low, values, P):
-        out.extend(comm_steps(cs))
+        out.extend(comm_steps(cs, values))
     return out
 
 

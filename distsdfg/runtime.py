@@ -13,7 +13,7 @@ from . import dace_compat as dc
 from . import errors
 from .errors import CommunicatorSizeError, DistributedLoweringError, InputError
 from .lowering import PLAN_ARRAY, PLAN_LEN, Lowered
-from .plan import ConcreteStep, encode_plan, evaluate, solve_step
+from .plan import ConcreteStep, encode_plan, evaluate, solve_homes, solve_step
 
 __all__ = ["DistributedProgram", "compile_distributed", "solve_plan", "symbol_values"]
 
@@ -38,7 +38,8 @@ def solve_plan(low: Lowered, values: Dict[str, int], nranks: int) -> List[Concre
             raise DistributedLoweringError(
                 f"map `{key}` axis {axis} (extent {n}) is split {parts} ways, which does not divide {n}; this "
                 f"library node reduces over the axis and needs even blocks: use sizes or a grid that divide evenly")
-    return [solve_step(s, values, nranks) for s in low.steps]
+    homes = solve_homes(low.homes, values, nranks)
+    return [solve_step(s, values, nranks, homes) for s in low.steps]
 
 
 def symbol_values(sdfg: SDFG, arrays: Dict[str, Any], given: Dict[str, Any]) -> Dict[str, int]:
@@ -110,10 +111,15 @@ class DistributedProgram:
         return None
 
     def plan(self, values: Dict[str, int]):
+        """(plan table, solved steps, symbols of this rank's home buffers) for concrete sizes."""
         key = tuple(sorted((k, v) for k, v in values.items() if isinstance(v, (int, np.integer))))
         if key not in self._plans:
             steps = solve_plan(self.lowered, values, self.comm.size)
-            self._plans[key] = (encode_plan(steps), steps)
+            homes = solve_homes(self.lowered.homes, values, self.comm.size)
+            syms: Dict[str, int] = {}
+            for h in homes.values():
+                syms.update(h.symbols(self.comm.rank))
+            self._plans[key] = (encode_plan(steps), steps, syms)
         return self._plans[key]
 
     def __call__(self, *args, **kwargs):
@@ -137,11 +143,14 @@ class DistributedProgram:
                 error = (type(exc).__name__, str(exc))
             except Exception as exc:
                 error = ("InputError", f"{type(exc).__name__}: {exc}")
-        error, values = comm.bcast((error, values), root=0)
+        # Scalar arguments steer loops and branches: every rank takes rank 0's.
+        scalars = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k not in self.sdfg.symbols}
+        error, values, scalars = comm.bcast((error, values, scalars if rank == 0 else None), root=0)
         if error is not None:
             raise getattr(errors, error[0], InputError)(error[1])
+        kwargs.update(scalars)
         try:
-            table, _ = self.plan(values)
+            table, _, home_syms = self.plan(values)
         except DistributedLoweringError:
             raise
         call = dict(kwargs)
@@ -153,6 +162,7 @@ class DistributedProgram:
             for s, c in zip(kg.rank_syms, coords):
                 if s:
                     call[s] = int(c)
+        call.update(home_syms)
         call[PLAN_ARRAY] = table
         call[PLAN_LEN] = int(table.shape[0])
         out = self._compiled(**call)

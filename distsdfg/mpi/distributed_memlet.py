@@ -22,10 +22,15 @@ class ExpandDistributedMemletMPI(ExpandTransformation):
         desc = parent_sdfg.arrays[out_edge.data.data]
         ctype = desc.dtype.ctype
         src = "_in" if "_in" in node.in_connectors else "nullptr"
-        code = f"distsdfg::run_step<{ctype}>(_plan, {node.step}, {src}, _out);"
         ins = {"_plan": dace.pointer(dace.int64)}
         if "_in" in node.in_connectors:
-            ins["_in"] = dace.pointer(desc.dtype)
+            in_edge = next(e for e in parent_state.in_edges(node) if e.dst_conn == "_in")
+            if isinstance(parent_sdfg.arrays[in_edge.data.data], dace.data.Scalar):
+                ins["_in"] = desc.dtype       # a scalar arrives by value
+                src = "&_in"
+            else:
+                ins["_in"] = dace.pointer(desc.dtype)
+        code = f"distsdfg::run_step<{ctype}>(_plan, {node.step}, {src}, _out);"
         return dace.sdfg.nodes.Tasklet(node.name, ins, {"_out": dace.pointer(desc.dtype)}, code,
                                        language=dtypes.Language.CPP, side_effects=True)
 

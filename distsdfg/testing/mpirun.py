@@ -61,24 +61,37 @@ def _run_lowered(text, p, sdfg, sched, comm):
     rng = np.random.default_rng(1234)
     inputs = p.inputs(rng)
     values = symbol_values(sdfg, inputs, symbols)
-    report = distsdfg.comm_report(sdfg, nprocs=comm.size, **{k: v for k, v in values.items() if k in sdfg.symbols})
+    counts = {k: v for k, v in inputs.items() if isinstance(v, (int, np.integer))}   # loop bounds
+    counts.update({k: v for k, v in values.items() if k in sdfg.symbols})
+    report = distsdfg.comm_report(sdfg, nprocs=comm.size, **counts)
     fn = distsdfg.compile(sdfg)
-    if comm.rank != 0:
-        inputs = {k: np.zeros_like(v) for k, v in inputs.items()}
+    if comm.rank != 0:     # only rank 0's arrays count; scalars are taken from rank 0
+        inputs = {k: np.zeros_like(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
     out = fn(**inputs, **symbols)
     if comm.rank != 0:
         return None
     ref = p.reference(**p.inputs(np.random.default_rng(1234)))
-    out = np.asarray(out)
-    ref = np.asarray(ref)
-    if np.issubdtype(ref.dtype, np.integer):
-        err = float(np.abs(out.astype(np.int64) - ref).max()) if out.size else 0.0
+    if p.outputs:      # in-place results: compare every updated argument
+        errs = {k: _rel_err(inputs[k], ref[k]) for k in p.outputs}
+        err = max(errs.values())
+        shape_ok = all(inputs[k].shape == np.asarray(ref[k]).shape for k in p.outputs)
+        dtype = str(inputs[p.outputs[0]].dtype)
     else:
-        err = float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-300))
+        err, shape_ok, dtype = _rel_err(out, ref), np.asarray(out).shape == np.asarray(ref).shape, str(np.asarray(out).dtype)
     return {"case": text, "schedule": {k: list(v) for k, v in dict(sched).items()},
-            "shape_ok": out.shape == ref.shape, "rel_err": err, "dtype": str(out.dtype),
+            "shape_ok": shape_ok, "rel_err": err, "dtype": dtype,
+            "outputs": {k: np.asarray(inputs[k]).tolist() for k in p.outputs if np.asarray(inputs[k]).size <= 8},
             "report": [{"collective": s.collective, "array": s.array, "sent": list(s.sent),
-                        "received": list(s.received)} for s in report]}
+                        "received": list(s.received), "repeats": s.repeats, "at_most": s.at_most} for s in report]}
+
+
+def _rel_err(out, ref) -> float:
+    out, ref = np.asarray(out), np.asarray(ref)
+    if out.shape != ref.shape:
+        return float("inf")
+    if np.issubdtype(ref.dtype, np.integer):
+        return float(np.abs(out.astype(np.int64) - ref).max()) if out.size else 0.0
+    return float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-300))
 
 
 def main(argv):

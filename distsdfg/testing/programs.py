@@ -19,6 +19,8 @@ class Program:
     inputs: Callable[[np.random.Generator], Dict[str, np.ndarray]]
     reference: Callable[..., object]
     symbols: Tuple[Tuple[str, int], ...] = ()
+    #: Arguments the program updates in place; ``reference`` then returns their final values as a dict.
+    outputs: Tuple[str, ...] = ()
 
     def sdfg(self):
         sd = self.prog.to_sdfg()
@@ -212,6 +214,135 @@ def matrix_chain(A: dace.float64[NS, NT], B: dace.float64[NT, NS], C: dace.float
     return (A @ B) + (C @ (D @ E))
 
 
+# -- programs with loops (issue 4): time-stepping stencils and an iterative solver ------------------
+T = dace.symbol("T")
+
+
+@dace.program
+def jacobi1d(A: dace.float64[N], B: dace.float64[N], TSTEPS: dace.int64):
+    for t in range(TSTEPS):
+        B[1:-1] = 0.33333 * (A[:-2] + A[1:-1] + A[2:])
+        A[1:-1] = 0.33333 * (B[:-2] + B[1:-1] + B[2:])
+
+
+def _jacobi1d_ref(A, B, TSTEPS):
+    A, B = A.copy(), B.copy()
+    for _ in range(TSTEPS):
+        B[1:-1] = 0.33333 * (A[:-2] + A[1:-1] + A[2:])
+        A[1:-1] = 0.33333 * (B[:-2] + B[1:-1] + B[2:])
+    return {"A": A, "B": B}
+
+
+@dace.program
+def jacobi2d(A: dace.float64[N, N], B: dace.float64[N, N], TSTEPS: dace.int64):
+    for t in range(1, TSTEPS):
+        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+
+
+def _jacobi2d_ref(A, B, TSTEPS):
+    A, B = A.copy(), B.copy()
+    for _ in range(1, TSTEPS):
+        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+    return {"A": A, "B": B}
+
+
+def _heat_step(A, B):
+    B[1:-1, 1:-1, 1:-1] = (0.125 * (A[2:, 1:-1, 1:-1] - 2.0 * A[1:-1, 1:-1, 1:-1] + A[:-2, 1:-1, 1:-1]) +
+                           0.125 * (A[1:-1, 2:, 1:-1] - 2.0 * A[1:-1, 1:-1, 1:-1] + A[1:-1, :-2, 1:-1]) +
+                           0.125 * (A[1:-1, 1:-1, 2:] - 2.0 * A[1:-1, 1:-1, 1:-1] + A[1:-1, 1:-1, :-2]) +
+                           A[1:-1, 1:-1, 1:-1])
+
+
+@dace.program
+def heat3d(A: dace.float64[N, N, N], B: dace.float64[N, N, N], TSTEPS: dace.int64):
+    for t in range(1, TSTEPS):
+        B[1:-1, 1:-1, 1:-1] = (0.125 * (A[2:, 1:-1, 1:-1] - 2.0 * A[1:-1, 1:-1, 1:-1] + A[:-2, 1:-1, 1:-1]) +
+                               0.125 * (A[1:-1, 2:, 1:-1] - 2.0 * A[1:-1, 1:-1, 1:-1] + A[1:-1, :-2, 1:-1]) +
+                               0.125 * (A[1:-1, 1:-1, 2:] - 2.0 * A[1:-1, 1:-1, 1:-1] + A[1:-1, 1:-1, :-2]) +
+                               A[1:-1, 1:-1, 1:-1])
+        A[1:-1, 1:-1, 1:-1] = (0.125 * (B[2:, 1:-1, 1:-1] - 2.0 * B[1:-1, 1:-1, 1:-1] + B[:-2, 1:-1, 1:-1]) +
+                               0.125 * (B[1:-1, 2:, 1:-1] - 2.0 * B[1:-1, 1:-1, 1:-1] + B[1:-1, :-2, 1:-1]) +
+                               0.125 * (B[1:-1, 1:-1, 2:] - 2.0 * B[1:-1, 1:-1, 1:-1] + B[1:-1, 1:-1, :-2]) +
+                               B[1:-1, 1:-1, 1:-1])
+
+
+def _heat3d_ref(A, B, TSTEPS):
+    A, B = A.copy(), B.copy()
+    for _ in range(1, TSTEPS):
+        _heat_step(A, B)
+        _heat_step(B, A)
+    return {"A": A, "B": B}
+
+
+@dace.program
+def fdtd2d(ex: dace.float64[M, N], ey: dace.float64[M, N], hz: dace.float64[M, N], fict: dace.float64[T]):
+    """A 2-D FDTD update; the boundary row ``ey[0, :]`` follows a time-dependent source."""
+    for t in range(T):
+        ey[0, :] = fict[t]
+        ey[1:, :] -= 0.5 * (hz[1:, :] - hz[:-1, :])
+        ex[:, 1:] -= 0.5 * (hz[:, 1:] - hz[:, :-1])
+        hz[:-1, :-1] -= 0.7 * (ex[:-1, 1:] - ex[:-1, :-1] + ey[1:, :-1] - ey[:-1, :-1])
+
+
+def _fdtd2d_ref(ex, ey, hz, fict):
+    ex, ey, hz = ex.copy(), ey.copy(), hz.copy()
+    for t in range(fict.shape[0]):
+        ey[0, :] = fict[t]
+        ey[1:, :] -= 0.5 * (hz[1:, :] - hz[:-1, :])
+        ex[:, 1:] -= 0.5 * (hz[:, 1:] - hz[:, :-1])
+        hz[:-1, :-1] -= 0.7 * (ex[:-1, 1:] - ex[:-1, :-1] + ey[1:, :-1] - ey[:-1, :-1])
+    return {"ex": ex, "ey": ey, "hz": hz}
+
+
+@dace.program
+def cg(A: dace.float64[N, N], b: dace.float64[N], x: dace.float64[N], iters: dace.int64[1], tol: dace.float64,
+       maxit: dace.int64):
+    """Conjugate gradients for SPD ``A`` from the start ``x``, until ``|r| < tol`` or ``maxit`` steps."""
+    r = b - A @ x
+    p = np.copy(r)
+    rs_old = r @ r
+    iters[0] = 0
+    for i in range(maxit):
+        Ap = A @ p
+        alpha = rs_old / (p @ Ap)
+        x[:] = x + alpha * p
+        r[:] = r - alpha * Ap
+        rs_new = r @ r
+        iters[0] = i + 1
+        if np.sqrt(rs_new) < tol:
+            break
+        p[:] = r + (rs_new / rs_old) * p
+        rs_old = rs_new
+
+
+def _cg_ref(A, b, x, iters, tol, maxit):
+    x = x.copy()
+    r = b - A @ x
+    p = r.copy()
+    rs_old = r @ r
+    n = 0
+    for i in range(maxit):
+        Ap = A @ p
+        alpha = rs_old / (p @ Ap)
+        x = x + alpha * p
+        r = r - alpha * Ap
+        rs_new = r @ r
+        n = i + 1
+        if np.sqrt(rs_new) < tol:
+            break
+        p = r + (rs_new / rs_old) * p
+        rs_old = rs_new
+    return {"x": x, "iters": np.array([n], dtype=np.int64)}
+
+
+def _spd(r, n=256):
+    m = r.random((n, n))
+    return {"A": m @ m.T / n + np.eye(n), "b": r.random(n), "x": np.zeros(n), "iters": np.zeros(1, dtype=np.int64),
+            "tol": 1e-10, "maxit": 100}
+
+
 PROGRAMS: Dict[str, Program] = {p.name: p for p in [
     Program("add3d", add3d, lambda r: {"x": r.random((4, 8, 16)), "y": r.random((8, 16))}, lambda x, y: x + y),
     Program("add_scalar", add_scalar, lambda r: {"x": r.integers(-100, 100, 64).astype(np.int64)}, lambda x: x + 5),
@@ -241,6 +372,15 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
                        "E": r.random((512, 64))},
             lambda A, B, C, D, E: (A @ B) + (C @ (D @ E)), (("NS", 64), ("NT", 8), ("NH", 512))),
     Program("add_odd", add_odd, lambda r: {"x": r.random((10, 7)), "y": r.random((10, 7))}, lambda x, y: x * y + 1.0),
+    Program("jacobi1d", jacobi1d, lambda r: {"A": r.random(3202), "B": r.random(3202), "TSTEPS": 50}, _jacobi1d_ref,
+            outputs=("A", "B")),
+    Program("jacobi2d", jacobi2d, lambda r: {"A": r.random((130, 130)), "B": r.random((130, 130)), "TSTEPS": 11},
+            _jacobi2d_ref, outputs=("A", "B")),
+    Program("heat3d", heat3d, lambda r: {"A": r.random((34, 34, 34)), "B": r.random((34, 34, 34)), "TSTEPS": 6},
+            _heat3d_ref, outputs=("A", "B")),
+    Program("fdtd2d", fdtd2d, lambda r: {"ex": r.random((40, 48)), "ey": r.random((40, 48)), "hz": r.random((40, 48)),
+                                         "fict": r.random(8)}, _fdtd2d_ref, outputs=("ex", "ey", "hz")),
+    Program("cg", cg, _spd, _cg_ref, outputs=("x", "iters")),
 ]}
 
 

@@ -31,7 +31,7 @@ namespace {
 
 enum Kind : int64_t { SCATTER = 1, GATHER = 2, REDUCE = 3, FILL = 4, REDIST = 5 };
 enum Mode : int64_t { M_LOCAL = 0, M_ALLREDUCE = 1, M_REDUCE_SCATTER = 2, M_ALLGATHERV = 3, M_ALLTOALLW = 4,
-                      M_ALLTOALLV = 5, M_REDUCE = 6 };
+                      M_ALLTOALLV = 5, M_REDUCE = 6, M_P2P = 7 };
 enum Op : int64_t { OP_NONE = 0, OP_SUM = 1, OP_PROD = 2, OP_MAX = 3, OP_MIN = 4 };
 enum Flag : int64_t { F_ACC = 1, F_MERGE = 2, F_REPL = 4, F_MASK = 8 };
 
@@ -467,6 +467,34 @@ void redist(const Redist& r, const T* src, T* dst, int me) {
             if (sc[p]) MPI_Type_free(&st[p]);
             if (rc[p]) MPI_Type_free(&rt[p]);
         }
+        return;
+    }
+    if (mode == M_P2P) {   // in place (src and dst are one buffer): point-to-point subarrays only
+        const int P = int(r.nranks());
+        const int tag = 0x5d5;
+        std::vector<std::vector<const int64_t*>> sendb(P), recvb(P);
+        for (int64_t i = 0; i < r.nmsg(); ++i) {
+            const int64_t* m = r.msg(i);
+            if (m[0] == me && m[1] != me) sendb[m[1]].push_back(m + 2);
+            if (m[1] == me && m[0] != me) recvb[m[0]].push_back(m + 2);
+        }
+        std::vector<MPI_Request> reqs;
+        std::vector<MPI_Datatype> types;
+        for (int p = 0; p < P; ++p) {
+            if (recvb[p].empty()) continue;
+            types.push_back(box_type(r, recvb[p], r.dshape(), r.dorigin(me), ty));
+            reqs.emplace_back();
+            check(MPI_Irecv(dst, 1, types.back(), p, tag, world(), &reqs.back()), "Irecv");
+        }
+        for (int p = 0; p < P; ++p) {
+            if (sendb[p].empty()) continue;
+            types.push_back(box_type(r, sendb[p], r.sshape(), r.sorigin(me), ty));
+            reqs.emplace_back();
+            check(MPI_Isend(const_cast<T*>(src), 1, types.back(), p, tag, world(), &reqs.back()), "Isend");
+        }
+        if (!reqs.empty())
+            check(MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "Waitall");
+        for (auto& t : types) MPI_Type_free(&t);
         return;
     }
     if (mode == M_ALLTOALLV) {   // partial contributions, combined on arrival in rank order

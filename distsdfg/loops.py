@@ -1,0 +1,577 @@
+"""Lowering of programs with control flow: arrays stay distributed across loop iterations.
+
+With loops or branches the program order of kernels is no longer a straight line, so the
+data-flow rewriting of ``lowering._Rewriter`` runs state by state and every state boundary
+keeps one fixed arrangement per array:
+
+* **home** arrays (touched by a kernel split over several ranks and live across states) live
+  in a *home buffer* on their owners (``plan.HomeSpec``): scattered once when the program
+  starts, gathered once when it ends. Map kernels read and write the home buffer in place with
+  global indices; before a kernel reads, an in-place ``Isend/Irecv`` step fetches the ghost
+  cells it lacks from their owners (a halo exchange), and after a kernel writes, the
+  elements it wrote outside its own block go back to their owners. Any other distributed copy
+  left at the end of a state is redistributed into the home buffer.
+* **replicated** arrays (one element, e.g. a residual norm or a step size) are valid on every
+  rank at every boundary: a kernel's partial sums become an ``Allreduce``, so that tasklets
+  and loop conditions compute the same values and take the same branches on all ranks.
+* everything else keeps rank 0's copy valid (the thesis' root path), and arrays that live in
+  one state only are never gathered.
+
+Every communication step records its state's trip count (``StepSpec.repeats``), so that
+``comm_report`` gives per-run totals.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Set, Tuple
+
+import dace
+import networkx as nx
+import sympy
+from dace import data as dt
+from dace.sdfg import SDFG, SDFGState, nodes
+
+from . import dace_compat as dc
+from .constraints import ArrayConstraint, KernelPlan
+from .errors import DistributedLoweringError
+from .lowering import ArrayState, Holding, _Rewriter
+from .plan import ALL_HOME, ROOT_HOME, HomeSpec, Layout, StepSpec
+
+__all__ = ["MachineRewriter", "loop_trips"]
+
+
+def loop_trips(sdfg: SDFG) -> Dict[SDFGState, Tuple[str, bool]]:
+    """How often each state runs per call: ``(count expression, at_most)`` (``"1"`` outside loops).
+
+    Loops are the natural loops of the state machine's back edges; a for-loop's count comes from
+    DaCe's loop detection, a loop it cannot read gets ``"?"``. ``at_most``: the loop can be left
+    early (a ``break``), so the count is a bound.
+    """
+    from dace.transformation.interstate.loop_detection import find_for_loop
+    start = sdfg.start_state
+    order, on_stack, back = set(), set(), []
+
+    def dfs(u):
+        order.add(u)
+        on_stack.add(u)
+        for e in sdfg.out_edges(u):
+            if e.dst in on_stack:
+                back.append((u, e.dst))
+            elif e.dst not in order:
+                dfs(e.dst)
+        on_stack.discard(u)
+
+    dfs(start)
+    factor: Dict[SDFGState, sympy.Expr] = {}
+    bounded: Set[SDFGState] = set()
+    for latch, head in back:
+        body, todo = {head, latch}, [latch]
+        while todo:
+            u = todo.pop()
+            for e in sdfg.in_edges(u):
+                if e.src not in body:
+                    body.add(e.src)
+                    todo.append(e.src)
+        count: sympy.Expr = sympy.Symbol("?")
+        entries = [e.dst for e in sdfg.out_edges(head) if e.dst in body]
+        if len(entries) == 1:
+            try:
+                found = find_for_loop(sdfg, head, entries[0])
+            except Exception:       # DaCe's detection raises on shapes it does not expect
+                found = None
+            if found is not None:
+                _, (lo, hi, st), _ = found
+                lo, hi, st = (sympy.sympify(x) for x in (lo, hi, st))
+                count = sympy.simplify((hi - lo) / st + 1) if st == 1 or st == -1 else sympy.floor((hi - lo) / st) + 1
+                if st == -1:
+                    count = sympy.simplify(lo - hi + 1)
+        early = any(e.dst not in body for u in body - {head} for e in sdfg.out_edges(u))
+        for u in body:
+            factor[u] = factor.get(u, sympy.Integer(1)) * count
+            if early:
+                bounded.add(u)
+    return {u: (str(f) if "?" not in str(f) else "?", u in bounded) for u, f in factor.items()}
+
+
+def _work(kp: KernelPlan) -> int:
+    """Iterations of a kernel's largest map, with every size symbol at 1000 (to rank anchors)."""
+    from .tiling import iterations
+    best = 0
+    for m in kp.kernel.maps:
+        n = sympy.Integer(1)
+        for r in m.info.ranges.ranges:
+            n *= iterations(r)
+        n = sympy.sympify(n)
+        n = n.subs({s: 1000 for s in n.free_symbols})
+        try:
+            best = max(best, int(n))
+        except TypeError:
+            pass
+    return best
+
+
+@dataclasses.dataclass
+class _Home:
+    """A home being built: ``HomeSpec`` without the accesses frozen yet."""
+    name: str
+    array: str
+    buffer: str
+    anchor: Layout
+    accesses: List[Layout]
+    origin_syms: Tuple[str, ...]
+    shape_syms: Tuple[str, ...]
+    global_shape: Tuple[str, ...]
+
+
+class MachineRewriter(_Rewriter):
+    """``_Rewriter`` for a state machine: per state, with homes and replicated arrays at boundaries."""
+
+    def __init__(self, sdfg: SDFG, *, viewed: set, views: Dict[str, str]):
+        super().__init__(sdfg, linear=False, viewed=viewed, views=views)
+        self.homes: Dict[str, _Home] = {}
+        self.repl: Set[str] = set()
+        self.live: Set[str] = set()          # arrays whose value crosses a state boundary
+        self.written: Set[str] = set()       # arrays some state writes
+        self.last: Dict[str, nodes.AccessNode] = {}      # home buffer -> its latest node in this state
+        self.readers: Dict[str, List[nodes.Node]] = {}   # home buffer -> nodes done reading it since
+        self.alias_written: Set[Tuple[int, str]] = set()
+        self.alias_read: Set[str] = set()
+        self.state: Optional[SDFGState] = None
+
+    # -- classification -----------------------------------------------------------------------
+    def _size_one(self, name: str) -> bool:
+        desc = self.sdfg.arrays[name]
+        return sympy.sympify(desc.total_size) == 1
+
+    def classify(self, states: List[SDFGState], events: Dict[SDFGState, List[Tuple]],
+                 trips: Dict[SDFGState, Tuple[str, bool]]):
+        arrays = self.sdfg.arrays
+        for name, desc in arrays.items():
+            if (not isinstance(desc, (dt.View, dt.Scalar)) and name not in self.viewed and name not in self.views
+                    and self._size_one(name)):
+                self.repl.add(name)
+        split: Dict[str, List[Tuple[bool, KernelPlan, str, ArrayConstraint]]] = {}
+        for st in states:
+            killed: Set[str] = set()
+            in_loop = trips.get(st, ("1", False))[0] != "1"
+            for ev in events[st]:
+                if ev[0] == "kernel":
+                    kp = ev[1]
+                    for arr, c in kp.arrays.items():
+                        x = self.root(arr)
+                        if x not in killed and (c.is_read or not c.write_covers):
+                            self.live.add(x)
+                        if c.write is not None:
+                            self.written.add(x)
+                            if c.write_covers and not c.is_read:
+                                killed.add(x)
+                        if kp.nranks > 1:
+                            split.setdefault(x, []).append((in_loop, kp, arr, c))
+                else:
+                    for a in ev[1]:
+                        x = self.root(a)
+                        if x not in killed:
+                            self.live.add(x)
+                    self.written |= {self.root(a) for a in ev[2]}
+                    cp = self.copy_of(ev)
+                    if cp is not None:
+                        killed.add(cp[1])
+        for name, desc in arrays.items():
+            if not desc.transient:
+                self.live.add(name)
+        for x, uses in split.items():
+            if x in self.repl or not self.fusable(x) or x not in self.live or x in self.views:
+                continue
+            self.add_home(x, uses)
+
+    def add_home(self, x: str, uses):
+        """Declare ``x``'s home buffer (shape and origin are per-rank symbols) and pick its anchor."""
+        def rank(u):
+            in_loop, kp, arr, c = u
+            plain = c.write is not None and not c.partial and c.write_exact
+            return (not in_loop, not plain, c.write is None, -_work(kp), kp.kernel.index)
+        own = [u for u in uses if u[2] == x]
+        name = f"h{len(self.homes)}"
+        desc = self.sdfg.arrays[x]
+        buffer = f"__dsdfg_home_{x.strip('_')}"
+        while buffer in self.sdfg.arrays:
+            buffer += "_"
+        if own:
+            _, kp, _, c = min(own, key=rank)
+            boxes = [c.write] if c.write is not None else c.reads
+            anchor = self.kernel_layout(kp, buffer, boxes, name)
+        else:
+            anchor = Layout(buffer, f"home of {x}", (1,), ("",), (), (), (), home=name)
+        nd = len(desc.shape)
+        osyms = tuple(f"__dsdfg_{name}_o{d}" for d in range(nd))
+        ssyms = tuple(f"__dsdfg_{name}_s{d}" for d in range(nd))
+        for s in osyms + ssyms:
+            self.sdfg.add_symbol(s, dace.int64)
+        self.sdfg.add_array(buffer, [dc.sym(s) for s in ssyms], desc.dtype, transient=True,
+                            offset=[-dc.sym(s) for s in osyms])
+        self.homes[x] = _Home(name, x, buffer, anchor, [], osyms, ssyms, tuple(str(s) for s in desc.shape))
+
+    def home_specs(self) -> List[HomeSpec]:
+        return [HomeSpec(h.name, h.array, h.buffer, h.global_shape, h.anchor,
+                         tuple(h.accesses), h.origin_syms, h.shape_syms) for h in self.homes.values()]
+
+    # -- layouts ------------------------------------------------------------------------------
+    def kernel_layout(self, kp: KernelPlan, buffer: str, boxes, home: str) -> Layout:
+        return Layout(buffer, kp.kernel.label, kp.grid,
+                      tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid)),
+                      tuple(tuple((str(b), str(e)) for b, e in box) for box in boxes), (), (), None, (), home)
+
+    def home_layout(self, x: str) -> Layout:
+        h = self.homes[x]
+        return Layout(h.buffer, f"home of {x}", (), (), (), (), (), None, (), h.name)
+
+    def whole(self, x: str, where: str) -> Layout:
+        """The program's own array ``x``, whole on rank 0 (ROOT_HOME) or on every rank (ALL_HOME)."""
+        return Layout(x, "rank 0" if where == ROOT_HOME else "every rank", (), (), (), (), (), None, (), where)
+
+    def home_holding(self, x: str, state: SDFGState) -> Holding:
+        return Holding(self.home_layout(x), "home", (), (), (), (), (), state, None)
+
+    def repl_holding(self, x: str, state: SDFGState, node=None) -> Holding:
+        return Holding(self.whole(x, ALL_HOME), "repl", (), (), (), (), (), state, node)
+
+    def has_home(self, x: str) -> bool:
+        st = self.data.get(x)
+        return st is not None and any(h.kind == "home" for h in st.holdings)
+
+    # -- nodes and ordering -------------------------------------------------------------------
+    def buffer_node(self, buffer: str, state: SDFGState) -> nodes.AccessNode:
+        n = self.last.get(buffer)
+        if n is None:
+            n = self.last[buffer] = state.add_read(buffer)
+        return n
+
+    def holder_node(self, h: Holding, state: SDFGState) -> nodes.AccessNode:
+        if h.kind == "home":
+            return self.buffer_node(h.layout.local, state)
+        if h.kind == "repl":
+            return h.node if h.node is not None and h.state is state else self.latest_global(state, h.layout.local)
+        return super().holder_node(h, state)
+
+    def latest_global(self, state: SDFGState, x: str) -> nodes.AccessNode:
+        """The last written access node of the program's array ``x`` in ``state`` (or a fresh read)."""
+        order = {n: i for i, n in enumerate(dc.top_level_nodes(state))}
+        written = [n for n in state.data_nodes() if n.data == x and state.in_degree(n) > 0]
+        if written:
+            return max(written, key=lambda n: order.get(n, -1))
+        return state.add_read(x)
+
+    def before_write(self, state: SDFGState, buffer: str, writer: nodes.Node):
+        """Order ``writer`` after everything that read ``buffer`` (or wrote it) earlier in the state."""
+        prev = [n for n in self.readers.get(buffer, []) + [self.last.get(buffer)] if n is not None]
+        preds = set(state.predecessors(writer))
+        for n in prev:
+            if n is writer or n in preds or n not in state.nodes() or nx.has_path(state.nx, writer, n):
+                continue
+            state.add_nedge(n, writer, dace.Memlet())
+        self.readers[buffer] = []
+
+    def buffers(self) -> Set[str]:
+        return {h.buffer for h in self.homes.values()}
+
+    def dm(self, state, spec, src, dst):
+        bufs = self.buffers()
+        node = super().dm(state, spec, src, dst)
+        if dst.data in bufs:
+            self.before_write(state, dst.data, node)
+            self.last[dst.data] = dst
+        elif src is not None and src.data in bufs:
+            self.readers.setdefault(src.data, []).append(dst)
+        return node
+
+    def raw_step(self, x: str, source: Layout, dest: Layout, *, inplace: bool = False) -> StepSpec:
+        """A redistribution between two layouts that belong to no single kernel."""
+        import numpy as np
+        desc = self.sdfg.arrays[x]
+        np_dtype = np.dtype(desc.dtype.as_numpy_dtype())
+        s = StepSpec(index=len(self.steps), kind="redist", array=x, local=dest.local, kernel=-1,
+                     kernel_label=dest.kernel_label, dtype=np_dtype.name, itemsize=np_dtype.itemsize, grid=dest.grid,
+                     rank_syms=dest.rank_syms, boxes=dest.boxes, origin=dest.origin, local_shape=dest.local_shape,
+                     global_shape=tuple(str(s) for s in desc.shape), source=source,
+                     global_strides=tuple(str(s) for s in desc.strides), view_shape=dest.view_shape, home=dest.home,
+                     inplace=inplace, repeats=self.repeats[0], at_most=self.repeats[1])
+        self.steps.append(s)
+        return s
+
+    # -- boundary arrangements ------------------------------------------------------------------
+    def sync_home(self, x: str, state: SDFGState):
+        """Bring ``x``'s current value into its home buffer (nothing when it is there already)."""
+        st = self.data[x]
+        if self.has_home(x):
+            return
+        h = self.homes[x]
+        if st.holdings:
+            src = st.holdings[-1]
+            src_node, source = self.holder_node(src, state), src.layout
+        elif st.root_valid:
+            src_node, source = self.latest_global(state, x), self.whole(x, ROOT_HOME)
+        else:
+            raise DistributedLoweringError(f"internal: `{x}` has no valid copy at the end of state `{state.label}`")
+        new = state.add_access(h.buffer)
+        self.dm(state, self.raw_step(x, source, self.home_layout(x)), src_node, new)
+        st.holdings.append(self.home_holding(x, state))
+
+    def replicate(self, x: str, state: SDFGState) -> nodes.AccessNode:
+        """Make every rank's own ``x`` hold its value (Allreduce of partial sums, Allgatherv, ...)."""
+        st = self.data[x]
+        new = state.add_access(x)
+        if st.holdings:
+            src = st.holdings[-1]
+            self.dm(state, self.raw_step(x, src.layout, self.whole(x, ALL_HOME)), self.holder_node(src, state), new)
+        else:
+            self.dm(state, self.raw_step(x, self.whole(x, ROOT_HOME), self.whole(x, ALL_HOME), inplace=True),
+                    self.latest_global(state, x), new)
+        st.root_valid = st.all_valid = True
+        return new
+
+    def ensure_root(self, x: str, node: nodes.Node, state: SDFGState):
+        """Gather ``x`` to rank 0 before ``node`` (which reads or partly writes rank 0's copy)."""
+        st = self.data[x]
+        if st.root_valid:
+            return
+        if not st.holdings:
+            raise DistributedLoweringError(f"internal: `{x}` has no valid copy before `{node}`")
+        h = st.holdings[-1]
+        src_node = self.holder_node(h, state)
+        if isinstance(node, nodes.AccessNode) and node.data == x and state.in_degree(node) == 0:
+            target = node
+        else:
+            feeders = [e.src for e in state.in_edges(node) if isinstance(e.src, nodes.AccessNode)
+                       and e.src.data == x and state.in_degree(e.src) == 0]
+            target = feeders[0] if feeders else None
+        if target is None:
+            target = state.add_access(x)
+            state.add_nedge(target, node, dace.Memlet())
+        self.dm(state, self.raw_step(x, h.layout, self.whole(x, ROOT_HOME)), src_node, target)
+        st.root_valid = True
+
+    # -- per state ------------------------------------------------------------------------------
+    def begin_state(self, state: SDFGState, trips):
+        self.state = state
+        self.repeats = trips.get(state, ("1", False))
+        self.data, self.last, self.readers = {}, {}, {}
+        for x in self.homes:
+            self.data[x] = ArrayState([self.home_holding(x, state)], root_valid=x not in self.written)
+        for x in self.repl:
+            self.data[x] = ArrayState([self.repl_holding(x, state)], root_valid=True, all_valid=True)
+
+    def end_state(self, state: SDFGState):
+        for x in self.homes:
+            self.sync_home(x, state)
+        for x in sorted(self.repl):
+            if not self.data[x].all_valid:
+                self.replicate(x, state)
+        for x in sorted(dc.interstate_reads(self.sdfg, state)):
+            if x in self.homes:        # a loop condition reads the array: every rank needs it
+                self.replicate(x, state)
+
+    def run(self, segments: List[List[SDFGState]], plans: Dict[nodes.Node, KernelPlan]):
+        states = [st for seg in segments for st in seg]
+        events = {st: self.events([st], plans) for st in states}
+        trips = loop_trips(self.sdfg)
+        self.classify(states, events, trips)
+        for st in states:
+            self.begin_state(st, trips)
+            self.future = list(events[st])
+            self.drain()
+            self.end_state(st)
+        self.enter_and_exit()
+
+    def enter_and_exit(self):
+        """Scatter the homes of the program's arrays once at the start, gather them once at the end."""
+        sdfg = self.sdfg
+        self.repeats = ("1", False)
+        sinks = [s for s in sdfg.nodes() if sdfg.out_degree(s) == 0]
+        args = [x for x in self.homes if not sdfg.arrays[x].transient]
+        repl_args = [x for x in sorted(self.repl) if not sdfg.arrays[x].transient]
+        if args or repl_args:
+            enter = sdfg.add_state_before(sdfg.start_state, "distsdfg_enter", is_start_block=True)
+            self.last, self.readers = {}, {}
+            for x in args:
+                h = self.homes[x]
+                self.dm(enter, self.raw_step(x, self.whole(x, ROOT_HOME), self.home_layout(x)), enter.add_read(x),
+                        enter.add_access(h.buffer))
+            for x in repl_args:
+                self.dm(enter, self.raw_step(x, self.whole(x, ROOT_HOME), self.whole(x, ALL_HOME), inplace=True),
+                        enter.add_read(x), enter.add_write(x))
+        out = [x for x in args if x in self.written]
+        if out:
+            for sink in sinks:
+                leave = sdfg.add_state_after(sink, "distsdfg_exit")
+                self.last, self.readers = {}, {}
+                for x in out:
+                    h = self.homes[x]
+                    self.dm(leave, self.raw_step(x, self.home_layout(x), self.whole(x, ROOT_HOME)),
+                            leave.add_read(h.buffer), leave.add_write(x))
+
+    # -- kernels --------------------------------------------------------------------------------
+    def alias_ok(self, kp: KernelPlan, arr: str, c: ArrayConstraint) -> bool:
+        """A map kernel that reads or plainly writes a home array by its own name uses the home
+        buffer itself (global indices; the buffer spans the kernel's blocks)."""
+        return (kp.kernel.kind == "map" and arr in self.homes and arr not in self.views
+                and (c.write is None or (not c.partial and c.write_exact)))
+
+    def kernel_event(self, kp: KernelPlan):
+        state = kp.kernel.state
+        self.alias_read = set()
+        for arr, c in kp.arrays.items():
+            x = self.root(arr)
+            if c.write is None or x not in self.homes:
+                continue
+            if self.alias_ok(kp, arr, c):
+                if not c.write_covers or c.is_read:
+                    self.sync_home(x, state)
+                self.alias_written.add((kp.kernel.index, x))
+            elif self.write_mode(arr, c) == "root":
+                self.ensure_root(x, kp.kernel.node, state)
+        super().kernel_event(kp)
+        if kp.kernel.kind == "map":
+            outs = [e.dst for e in state.out_edges(state.exit_node(kp.kernel.node))]
+        else:
+            outs = [e.dst for e in state.out_edges(kp.kernel.node)]
+        for x in self.alias_read:
+            if (kp.kernel.index, x) not in self.alias_written:
+                self.readers.setdefault(self.homes[x].buffer, []).extend(outs)
+
+    def read_input(self, kp, arr, c, state, src_node, local_of, boxes=None):
+        x = self.root(arr)
+        if boxes is None and self.alias_ok(kp, arr, c) and self.has_home(x):
+            h = self.homes[x]
+            new = state.add_access(h.buffer)
+            spec = self.spec(kp, "redist", x, h.buffer, c, c.reads, source=self.home_layout(x), home=h.name,
+                             inplace=True)
+            self.dm(state, spec, self.buffer_node(h.buffer, state), new)
+            h.accesses.append(self.kernel_layout(kp, h.buffer, c.reads, h.name))
+            self.alias_read.add(x)
+            return new, h.buffer
+        return super().read_input(kp, arr, c, state, src_node, local_of, boxes)
+
+    def add_local(self, kp: KernelPlan, arr: str, c: ArrayConstraint, *, offset: bool) -> str:
+        if (kp.kernel.index, arr) in self.alias_written:
+            return self.homes[arr].buffer
+        return super().add_local(kp, arr, c, offset=offset)
+
+    def write_output(self, kp, arr, c, state, lw, dst_node):
+        x = self.root(arr)
+        st = self.state_of(arr)
+        if (kp.kernel.index, x) in self.alias_written:
+            h = self.homes[x]
+            self.before_write(state, h.buffer, kp.kernel.node)
+            self.last[h.buffer] = lw
+            h.accesses.append(self.kernel_layout(kp, h.buffer, [c.write], h.name))
+            # Elements written outside the rank's own block go back to their owners.
+            new = state.add_access(h.buffer)
+            self.dm(state, self.raw_step(x, self.kernel_layout(kp, h.buffer, [c.write], h.name), self.home_layout(x),
+                                         inplace=True), lw, new)
+            st.holdings = [self.home_holding(x, state)]
+            st.root_valid = st.all_valid = False
+            return
+        if x in self.repl and arr == x and self.write_mode(arr, c) != "root":
+            op = c.op if c.split_reduction else None
+            h = self.holding(kp, arr, lw.data, c, [c.write], op, state, lw)
+            self.dm(state, self.raw_step(x, h.layout, self.whole(x, ALL_HOME)), lw, dst_node)
+            st.holdings = [self.repl_holding(x, state, dst_node)]
+            st.root_valid = st.all_valid = True
+            return
+        super().write_output(kp, arr, c, state, lw, dst_node)
+        st.all_valid = False
+
+    def needs_gather(self, arr: str) -> bool:
+        x = self.root(arr)
+        if x in self.homes or x in self.repl:
+            return False
+        nxt = self.next_use(arr)
+        return nxt == "root" or (nxt == "end" and x in self.live)
+
+    def next_use(self, arr: str) -> str:
+        arr = self.root(arr)
+        for ev in self.future:
+            if ev[0] == "kernel":
+                c = self.touches(ev[1]).get(arr)
+                if c is not None and c.write is not None:
+                    return "root" if self.write_mode(arr, c) == "root" else "hold"
+                continue
+            cp = self.copy_of(ev)
+            if cp is not None and arr == cp[0]:
+                continue
+            if cp is not None and arr == cp[1]:
+                return "hold"
+            if arr in ev[1] and ev[3] is not None:
+                return "root"
+        return "end"
+
+    # -- rank-0 accesses ----------------------------------------------------------------------
+    def copy_of(self, ev) -> Optional[Tuple[str, str, nodes.AccessNode, object]]:
+        """``(source, home array, source node, edge)`` when the event copies a whole array into a
+        home array (``x[:] = tmp``): done between distributed copies, not through rank 0."""
+        if ev[0] != "root" or len(ev) < 5 or not isinstance(ev[3], nodes.AccessNode):
+            return None
+        n, state = ev[3], ev[4]
+        outs = [e for e in state.out_edges(n) if isinstance(e.dst, nodes.AccessNode)]
+        if len(outs) != 1 or len(ev[2]) != 1:
+            return None
+        e = outs[0]
+        src, dst = n.data, e.dst.data
+        if dst not in self.homes or src in self.views or dst in self.views or not self.fusable(src):
+            return None
+        sd, dd = self.sdfg.arrays[src], self.sdfg.arrays[dst]
+        if [sympy.sympify(s) for s in sd.shape] != [sympy.sympify(s) for s in dd.shape]:
+            return None
+        m = e.data
+        full = [sympy.sympify(s) for s in dd.shape]
+        for sub in (m.subset, m.other_subset):
+            if sub is not None and [sympy.sympify(x) for x in sub.size()] != full:
+                return None
+        if m.wcr is not None:
+            return None
+        return src, dst, n, e
+
+    def root_event(self, ev: Tuple):
+        node, state = ev[3], ev[4]
+        if node is None:           # interstate reads: end_state makes them valid on every rank
+            return
+        cp = self.copy_of(ev)
+        if cp is not None:
+            src, dst, n, e = cp
+            st = self.state_of(src)
+            if st.holdings:
+                h = st.holdings[-1]
+                src_node, source = self.holder_node(h, state), h.layout
+            else:
+                src_node, source = n, self.whole(src, ROOT_HOME)
+            state.remove_edge(e)
+            home = self.homes[dst]
+            self.dm(state, self.raw_step(dst, source, self.home_layout(dst)), src_node, state.add_access(home.buffer))
+            self.drop_if_isolated(state, e.dst)
+            if src_node is not n:
+                self.drop_if_isolated(state, n)
+            self.data[dst] = ArrayState([self.home_holding(dst, state)], root_valid=False)
+            return
+        touched = {self.root(a) for a in ev[1]}
+        writes = {self.root(a) for a in ev[2]}
+        for x in sorted(touched):
+            if x in self.homes:
+                self.ensure_root(x, node, state)
+        inputs_everywhere = all(self.valid_everywhere(x) for x in touched - writes)
+        for x in writes:
+            st = self.state_of(x)
+            keep = st.all_valid or self._size_one(x) if x in self.sdfg.arrays else False
+            st.holdings, st.root_valid = [], True
+            st.all_valid = inputs_everywhere and keep
+            if x in self.repl and st.all_valid:
+                outs = [e.dst for e in state.out_edges(node) if isinstance(e.dst, nodes.AccessNode) and e.dst.data == x]
+                st.holdings = [self.repl_holding(x, state, outs[0] if outs else None)]
+
+    def valid_everywhere(self, x: str) -> bool:
+        desc = self.sdfg.arrays.get(x)
+        if desc is None:
+            return True
+        if isinstance(desc, dt.Scalar) and not desc.transient:
+            return True               # scalar arguments: every rank passes the same value
+        st = self.data.get(x)
+        return st is not None and st.all_valid

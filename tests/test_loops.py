@@ -1,0 +1,166 @@
+"""Programs with loops (issue 4): arrays stay distributed across iterations, halos move point to point.
+
+Unit tier (no compile): trip counts, which arrays get homes, the halo bytes comm_report predicts.
+mpiexec tier: time-stepping stencils and conjugate gradients on 4 ranks against NumPy on rank 0.
+"""
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import distsdfg
+from distsdfg import dace_compat as dc
+from distsdfg.launch import mpiexec_argv
+from distsdfg.redistribute import plan_redistribution
+from distsdfg.testing.programs import get
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CG = "cg:GEMV__map=4,1;dot_map=4;Mult__map=4;Add__map=4;Sub__map=4"
+CASES = ["jacobi1d:*=4", "jacobi2d:*=2,2", "jacobi2d:*=4,1", "heat3d:*=4,1,1", "heat3d:*=2,2,1", "fdtd2d:*=2,2", CG]
+
+
+def _lowered(name, grids):
+    warnings.simplefilter("ignore")
+    sdfg = get(name).sdfg()
+    dc.simplify(sdfg)
+    sched = {}
+    for label, grid in grids.items():
+        if label == "*":
+            sched.update({m.key: grid for m in distsdfg.maps(sdfg) if len(m.params) == len(grid)})
+        else:
+            sched.update(distsdfg.schedule_by_label(sdfg, {label: grid}, fuzzy=True))
+    return distsdfg.lower(sdfg, sched)
+
+
+def _per_rank(steps, pred=lambda s: True):
+    out = np.zeros(4, dtype=np.int64)
+    for s in steps:
+        if pred(s):
+            out += np.array(s.received)
+    return out
+
+
+# -- unit tier -------------------------------------------------------------------------------------
+def test_trip_counts_of_for_loops_and_early_exit():
+    from distsdfg.loops import loop_trips
+    sd = get("jacobi2d").sdfg()
+    dc.simplify(sd)
+    trips = {st.label: t for st, t in loop_trips(sd).items()}
+    body = [t for label, t in trips.items() if "guard" not in label]
+    assert body and all(t == ("TSTEPS - 1", False) for t in body)
+    sd = get("cg").sdfg()
+    dc.simplify(sd)
+    trips = loop_trips(sd)
+    assert trips and all(t == ("maxit", True) for t in trips.values())     # `break`: at most maxit
+
+
+def test_jacobi2d_halo_is_one_edge_per_neighbour_per_update():
+    low = _lowered("jacobi2d", {"*": (2, 2)})
+    steps = distsdfg.comm_report(low, N=130, TSTEPS=11)
+    halo = [s for s in steps if s.collective == "Isend/Irecv"]
+    # Per sweep and array update every rank receives one 64-value column and one 64-value row.
+    for arr in ("A", "B"):
+        got = _per_rank([s for s in halo if s.array == arr])
+        assert got.tolist() == [2 * 64 * 8] * 4
+    assert all(s.repeats == 10 for s in halo)
+    # Besides the halos: one scatter and one gather per array for the whole run.
+    rest = [s for s in steps if s.collective != "Isend/Irecv"]
+    assert all(s.repeats == 1 for s in rest)
+    assert sorted((s.array, int(np.count_nonzero(s.sent))) for s in rest) == [("A", 1), ("A", 3), ("B", 1), ("B", 3)]
+    total_in = sum(sum(s.received) for s in rest)
+    assert total_in == 2 * 2 * 3 * 65 * 65 * 8       # 3 of 4 blocks of 65 x 65, in and out, A and B
+    per_run = sum(sum(s.total_sent) for s in steps)
+    assert per_run == total_in + 10 * 2 * 4 * 1024
+
+
+def test_jacobi1d_rows_exchange_single_values():
+    low = _lowered("jacobi1d", {"*": (4,)})
+    steps = distsdfg.comm_report(low, N=3202, TSTEPS=50)
+    halo = [s for s in steps if s.collective == "Isend/Irecv"]
+    assert _per_rank(halo).tolist() == [16, 32, 32, 16]      # per sweep: one value from each neighbour per array
+    assert {s.repeats for s in halo} == {50}
+
+
+def test_loop_steps_carry_symbolic_repeats_without_counts():
+    low = _lowered("jacobi1d", {"*": (4,)})
+    steps = distsdfg.comm_report(low, N=3202)       # TSTEPS not given: the count stays symbolic
+    assert {s.repeats for s in steps if s.collective == "Isend/Irecv"} == {"TSTEPS"}
+
+
+def test_homes_only_for_arrays_live_across_states():
+    low = _lowered("cg", {"GEMV__map": (4, 1), "dot_map": (4,), "Mult__map": (4,), "Add__map": (4,),
+                          "Sub__map": (4,)})
+    homes = {h.array for h in low._distsdfg.homes}
+    assert homes == {"A", "b", "x", "r", "p"}        # not the temporaries of one state, not the scalars
+    steps = distsdfg.comm_report(low, N=256, maxit=100)
+    per_iter = [s for s in steps if s.repeats == 100]
+    assert all(s.at_most for s in per_iter)
+    # Per iteration: p gathered for the matrix-vector product, two dot products reduced on every rank.
+    assert sorted((s.collective, s.array) for s in per_iter) == [("Allgatherv", "p"), ("Allreduce", "__tmp5"),
+                                                                 ("Allreduce", "rs_new")]
+
+
+def test_inplace_redistribution_is_point_to_point():
+    owned = [((0,), (5,)), ((5,), (5,)), ((10,), (5,))]
+    reads = [((0,), (6,)), ((4,), (7,)), ((9,), (6,))]
+    plan = plan_redistribution("A", owned, reads, inplace=True)
+    assert plan.collective == "Isend/Irecv"
+    assert sorted((m.src, m.dst, m.box) for m in plan.messages) == [
+        (0, 1, ((4,), (1,))), (1, 0, ((5,), (1,))), (1, 2, ((9,), (1,))), (2, 1, ((10,), (1,)))]
+    # Elements no other rank holds keep their values: nothing to fetch, no error.
+    assert plan_redistribution("A", owned, owned, inplace=True).collective == "local"
+
+
+def test_home_blocks_grow_to_the_array_edges():
+    from distsdfg.plan import _grow
+    inner = [((1,), (4,)), ((5,), (4,)), ((9,), (3,))]
+    assert _grow(inner, (13,), 3) == [((0,), (5,)), ((5,), (4,)), ((9,), (4,))]
+    # Blocks that cannot be stretched into a cover fall back to an even split of the rows.
+    assert _grow([((0,), (2,)), None, ((8,), (2,))], (12,), 3)[1] == ((4,), (4,))
+
+
+# -- mpiexec tier ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("loops")
+    out = tmp / "results.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    argv = mpiexec_argv(4, ["-m", "distsdfg.testing.mpirun", str(out)] + CASES, timeout=1500)
+    proc = subprocess.run(argv, env=env, cwd=str(tmp), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {r["case"]: r for r in json.loads(out.read_text())}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_loop_program_matches_numpy(results, case):
+    r = results[case]
+    assert "error" not in r, r.get("trace", r.get("error"))
+    assert r["shape_ok"]
+    assert r["rel_err"] <= 1e-10, r["rel_err"]
+
+
+def test_loops_never_gather_per_iteration(results):
+    for case in CASES:
+        for s in results[case]["report"]:
+            if s["repeats"] != 1:
+                assert s["collective"] in ("Isend/Irecv", "Allreduce", "Allgatherv", "Bcast"), (case, s)
+
+
+def test_cg_takes_numpys_iterations(results):
+    r = results[CG]
+    ref = get("cg").reference(**get("cg").inputs(np.random.default_rng(1234)))
+    assert r["outputs"]["iters"] == ref["iters"].tolist()
+    assert 1 < ref["iters"][0] < 100
+
+
+def test_fdtd_boundary_row_is_broadcast_each_step(results):
+    calls = results["fdtd2d:*=2,2"]["report"]
+    bcast = [s for s in calls if s["collective"] == "Bcast"]
+    assert len(bcast) == 1 and bcast[0]["repeats"] == 8 and sum(bcast[0]["received"]) == 3 * 8

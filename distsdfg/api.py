@@ -22,18 +22,37 @@ def schedule_by_label(sdfg: SDFG, grids: dict, *, fuzzy: bool = False) -> dict:
 
     A name is a key, else a label (every map with that label, e.g. ``reduce_output`` in
     each reduction), else the end of a key after its library node (``gemm_map``), else, with
-    ``fuzzy``, a part of a key. A name that matches nothing is kept as given, so that
-    ``lower`` refuses it and suggests the closest key.
+    ``fuzzy``, a part of a key. ``"*"`` names every kernel not named otherwise whose main map
+    (a map kernel's map, a library node's largest map) has as many parameters as the grid has
+    entries: ``{"*": (2, 2)}`` splits every 2-D map of a stencil's loop body. A name that
+    matches nothing is kept as given, so that ``lower`` refuses it and suggests the closest key.
     """
     infos = maps(sdfg)
     out = {}
     for name, grid in grids.items():
+        if name == "*":
+            continue
         hits = ([m for m in infos if m.key == name] or [m for m in infos if m.label == name]
                 or [m for m in infos if m.key.endswith("." + name)]
                 or ([m for m in infos if name in m.key] if fuzzy else []))
         for key in [m.key for m in hits] or [name]:
             out.setdefault(key, tuple(grid))
+    if "*" in grids:
+        grid = tuple(grids["*"])
+        for m in main_maps(sdfg):
+            if len(m.params) == len(grid) and m.key not in out:
+                out[m.key] = grid
     return out
+
+
+def main_maps(sdfg: SDFG):
+    """Per kernel its main map: a map kernel's map, a library node's map with the most iterations."""
+    from .kernels import find_kernels
+    from .tiling import rough_work
+
+    def work(m):
+        return len(m.info.params), rough_work(m.info.ranges)
+    return [max(k.maps, key=work).info for k in find_kernels(sdfg) if k.maps]
 
 
 def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[int] = None,

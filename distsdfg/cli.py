@@ -46,14 +46,17 @@ def cmd_plan(args):
     P = args.n or sdfg._distsdfg.nprocs
     steps = distsdfg.comm_report(sdfg, nprocs=P, **sizes)
     per_kernel = bytes_per_kernel(sdfg, nprocs=P, **sizes)
-    bounds = matmul_io_lower_bounds(sdfg, P, **sizes)
-    total = sum(sum(s.sent) for s in steps)
+    try:
+        bounds = matmul_io_lower_bounds(sdfg, P, **sizes)
+    except distsdfg.DistributedLoweringError:      # sizes that the tiled maps leave symbolic
+        bounds = []
+    total = sum(sum(s.total_sent) if isinstance(s.repeats, int) else sum(s.sent) for s in steps)
     if args.json:
         print(json.dumps({
             "schedule": {k: list(g) for k, g in sdfg._distsdfg.schedule.grids},
             "nprocs": P,
-            "steps": [{"collective": s.collective, "array": s.array, "sent": list(s.sent), "received": list(s.received)}
-                      for s in steps],
+            "steps": [{"collective": s.collective, "array": s.array, "sent": list(s.sent), "received": list(s.received),
+                       "repeats": s.repeats, "at_most": s.at_most} for s in steps],
             "bytes_per_kernel": per_kernel,
             "total_bytes": total,
             "io_lower_bound_per_rank": {k: b for k, b in bounds},

@@ -20,7 +20,7 @@ from .constraints import _dim_params
 from .errors import DistributedLoweringError
 from .kernels import find_kernels
 from .plan import evaluate
-from .tiling import iterations
+from .tiling import iterations, rough_work
 
 __all__ = ["Operand", "Vertex", "Edge", "EinGraph", "build_graph"]
 
@@ -52,6 +52,7 @@ class Vertex:
     accumulates: bool = False             # adds into data a previous kernel wrote
     even: Tuple[str, ...] = ()            # labels a library node needs split evenly
     constant: bool = False                # writes one number everywhere (a reset map)
+    repeats: int = 1                      # runs per program call (inside a loop: its trip count)
 
     @property
     def agg(self) -> Tuple[str, ...]:
@@ -125,9 +126,32 @@ def _concrete(expr, values, what: str) -> int:
             f"auto_schedule(sdfg, nprocs, {name}=1024)") from None
 
 
+#: Trip count assumed for a loop whose count the sizes given do not determine.
+LOOP_GUESS = 10
+
+
+def _trips(sdfg: SDFG, values: Dict[str, int]) -> Dict[object, int]:
+    """Per state of a program with loops, how often it runs (``LOOP_GUESS`` where unknown)."""
+    _, linear = dc.program_segments(sdfg)
+    if linear:
+        return {}
+    from .loops import loop_trips
+    out = {}
+    for st, (expr, _) in loop_trips(sdfg).items():
+        try:
+            out[st] = max(int(evaluate(expr, values)), 1)
+        except (KeyError, TypeError, ValueError, SyntaxError):
+            out[st] = LOOP_GUESS
+    return out
+
+
 def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
-    """The EinGraph of ``sdfg`` for concrete sizes (symbols from ``sizes`` or the SDFG's constants)."""
+    """The EinGraph of ``sdfg`` for concrete sizes (symbols from ``sizes`` or the SDFG's constants).
+
+    Kernels inside loops carry their trip count (``Vertex.repeats``; a loop bound passed in
+    ``sizes`` counts, else ``LOOP_GUESS``), so that the planner weighs their communication by it."""
     values = _values(sdfg, sizes)
+    trips = _trips(sdfg, values)
     views = dc.reshape_views(sdfg)
     root = lambda a: views.get(a, a)  # noqa: E731
     kernels = [k for k in find_kernels(sdfg) if k.kind != "opaque"]
@@ -143,7 +167,8 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
 
     vertices: List[Vertex] = []
     for k in kernels:
-        driver = max(k.maps, key=lambda m: len(m.info.params))
+        # The main map: most parameters, then most iterations (a dot product's map, not its init map).
+        driver = max(k.maps, key=lambda m: (len(m.info.params), rough_work(m.info.ranges)))
         params = tuple(driver.info.params)
         bounds = tuple(_concrete(iterations(r), values, f"map `{driver.info.key}`") for r in driver.info.ranges.ranges)
         ins, outs, partial, acc = [], [], False, False
@@ -170,7 +195,7 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
             even = tuple(p for p in params if p not in used)
         constant = k.kind == "map" and not ins and dc.constant_map_value(k.state, k.node) is not None
         vertices.append(Vertex(len(vertices), driver.info.key, k.label, k.kind, params, bounds, ins, outs, partial,
-                               acc, even, constant))
+                               acc, even, constant, trips.get(k.state, 1)))
 
     edges: List[Edge] = []
     holder: Dict[str, Tuple[int, str, bool]] = {}    # root array -> (vertex, its name there, via input)

@@ -94,20 +94,8 @@ def loop_trips(sdfg: SDFG) -> Dict[SDFGState, Tuple[str, bool]]:
 
 
 def _work(kp: KernelPlan) -> int:
-    """Iterations of a kernel's largest map, with every size symbol at 1000 (to rank anchors)."""
-    from .tiling import iterations
-    best = 0
-    for m in kp.kernel.maps:
-        n = sympy.Integer(1)
-        for r in m.info.ranges.ranges:
-            n *= iterations(r)
-        n = sympy.sympify(n)
-        n = n.subs({s: 1000 for s in n.free_symbols})
-        try:
-            best = max(best, int(n))
-        except TypeError:
-            pass
-    return best
+    from .tiling import rough_work
+    return max(rough_work(m.info.ranges) for m in kp.kernel.maps)
 
 
 @dataclasses.dataclass
@@ -174,7 +162,7 @@ class MachineRewriter(_Rewriter):
                             self.live.add(x)
                     self.written |= {self.root(a) for a in ev[2]}
                     cp = self.copy_of(ev)
-                    if cp is not None:
+                    if cp is not None and not cp[4]:
                         killed.add(cp[1])
         for name, desc in arrays.items():
             if not desc.transient:
@@ -294,7 +282,7 @@ class MachineRewriter(_Rewriter):
                      rank_syms=dest.rank_syms, boxes=dest.boxes, origin=dest.origin, local_shape=dest.local_shape,
                      global_shape=tuple(str(s) for s in desc.shape), source=source,
                      global_strides=tuple(str(s) for s in desc.strides), view_shape=dest.view_shape, home=dest.home,
-                     inplace=inplace, repeats=self.repeats[0], at_most=self.repeats[1])
+                     clip=dest.clip, inplace=inplace, repeats=self.repeats[0], at_most=self.repeats[1])
         self.steps.append(s)
         return s
 
@@ -478,6 +466,13 @@ class MachineRewriter(_Rewriter):
             st.holdings = [self.repl_holding(x, state, dst_node)]
             st.root_valid = st.all_valid = True
             return
+        if isinstance(self.sdfg.arrays[x], dt.Scalar) and arr == x and c.write is not None and c.write_exact:
+            # A reduction to a scalar (``np.sum(r * r)``): every rank gets the value (Allreduce).
+            op = c.op if c.split_reduction else None
+            h = self.holding(kp, arr, lw.data, c, [c.write], op, state, lw)
+            self.dm(state, self.raw_step(x, h.layout, self.whole(x, ALL_HOME)), lw, dst_node)
+            st.holdings, st.root_valid, st.all_valid = [], True, True
+            return
         super().write_output(kp, arr, c, state, lw, dst_node)
         st.all_valid = False
 
@@ -506,9 +501,10 @@ class MachineRewriter(_Rewriter):
         return "end"
 
     # -- rank-0 accesses ----------------------------------------------------------------------
-    def copy_of(self, ev) -> Optional[Tuple[str, str, nodes.AccessNode, object]]:
-        """``(source, home array, source node, edge)`` when the event copies a whole array into a
-        home array (``x[:] = tmp``): done between distributed copies, not through rank 0."""
+    def copy_of(self, ev) -> Optional[Tuple[str, str, nodes.AccessNode, object, Tuple]]:
+        """``(source, home array, source node, edge, clip)`` when the event copies a box of an array
+        into the same box of a home array of the same shape (``x[:] = tmp``, ``A[1:-1] = B[1:-1]``):
+        done between distributed copies, not through rank 0. ``clip`` is the box, () for all."""
         if ev[0] != "root" or len(ev) < 5 or not isinstance(ev[3], nodes.AccessNode):
             return None
         n, state = ev[3], ev[4]
@@ -523,13 +519,19 @@ class MachineRewriter(_Rewriter):
         if [sympy.sympify(s) for s in sd.shape] != [sympy.sympify(s) for s in dd.shape]:
             return None
         m = e.data
-        full = [sympy.sympify(s) for s in dd.shape]
-        for sub in (m.subset, m.other_subset):
-            if sub is not None and [sympy.sympify(x) for x in sub.size()] != full:
-                return None
-        if m.wcr is not None:
+        if m.wcr is not None or m.subset is None:
             return None
-        return src, dst, n, e
+        other = m.other_subset if m.other_subset is not None else m.subset
+        a, b = m.subset.ndrange(), other.ndrange()
+        if len(a) != len(dd.shape) or any(sympy.simplify(sympy.sympify(x) - sympy.sympify(y)) != 0
+                                          for ra, rb in zip(a, b) for x, y in zip(ra, rb)):
+            return None
+        if any(sympy.sympify(st) != 1 for _, _, st in a):
+            return None
+        full = all(sympy.simplify(sympy.sympify(lo)) == 0 and sympy.simplify(sympy.sympify(hi) - (sympy.sympify(n) - 1)) == 0
+                   for (lo, hi, _), n in zip(a, dd.shape))
+        clip = () if full else tuple((str(lo), str(hi)) for lo, hi, _ in a)
+        return src, dst, n, e, clip
 
     def root_event(self, ev: Tuple):
         node, state = ev[3], ev[4]
@@ -537,7 +539,9 @@ class MachineRewriter(_Rewriter):
             return
         cp = self.copy_of(ev)
         if cp is not None:
-            src, dst, n, e = cp
+            src, dst, n, e, clip = cp
+            if clip:       # the rest of dst keeps its value: start from its home
+                self.sync_home(dst, state)
             st = self.state_of(src)
             if st.holdings:
                 h = st.holdings[-1]
@@ -546,7 +550,10 @@ class MachineRewriter(_Rewriter):
                 src_node, source = n, self.whole(src, ROOT_HOME)
             state.remove_edge(e)
             home = self.homes[dst]
-            self.dm(state, self.raw_step(dst, source, self.home_layout(dst)), src_node, state.add_access(home.buffer))
+            if clip:
+                source = dataclasses.replace(source, clip=clip)
+            dest = dataclasses.replace(self.home_layout(dst), clip=clip)
+            self.dm(state, self.raw_step(dst, source, dest), src_node, state.add_access(home.buffer))
             self.drop_if_isolated(state, e.dst)
             if src_node is not n:
                 self.drop_if_isolated(state, n)

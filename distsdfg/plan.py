@@ -46,6 +46,7 @@ class Layout:
     # solved per rank, and empty ``boxes`` mean the owners' blocks. ROOT_HOME / ALL_HOME: the
     # program's array itself, whole on rank 0 / on every rank.
     home: str = ""
+    clip: Tuple[Tuple[str, str], ...] = ()   # only this box (start, end inclusive) of the blocks counts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +78,7 @@ class StepSpec:
     view_shape: Tuple[str, ...] = ()  # redist: boxes are in this reshape of the array
     home: str = ""                 # redist: the destination layout's ``Layout.home``
     inplace: bool = False          # redist: source and destination are one buffer (halo, write-back)
+    clip: Tuple[Tuple[str, str], ...] = ()   # redist: the destination layout's ``Layout.clip``
     repeats: str = "1"             # how often the step runs per call (a loop's trip count)
     at_most: bool = False          # ``repeats`` bounds a loop that may exit early
 
@@ -84,7 +86,8 @@ class StepSpec:
     def layout(self) -> Layout:
         """The layout this step leaves behind (for a scatter or redist) or reads (gather, reduce)."""
         return Layout(self.local, self.kernel_label, self.grid, self.rank_syms, self.boxes, self.origin,
-                      self.local_shape, self.op if self.kind == "reduce" else None, self.view_shape, self.home)
+                      self.local_shape, self.op if self.kind == "reduce" else None, self.view_shape, self.home,
+                      self.clip)
 
     def __str__(self):
         times = "" if self.repeats == "1" else f" x{'<=' if self.at_most else ''}{self.repeats}"
@@ -351,6 +354,21 @@ def _home_blocks(lay, values, nranks, gshape, homes) -> Tuple[Tuple[RankBlock, .
 
 def _layout_blocks(lay, array: str, values, nranks, gshape, homes=None) -> Tuple[Tuple[RankBlock, ...], Tuple[int, ...]]:
     """Per-rank blocks of a layout in the array's coordinates, and the (common) local buffer shape."""
+    blocks, lshape = _unclipped_blocks(lay, array, values, nranks, gshape, homes)
+    if not lay.clip:
+        return blocks, lshape
+    from .redistribute import intersect
+    lo = tuple(evaluate(b, values) for b, _ in lay.clip)
+    box = (lo, tuple(evaluate(e, values) + 1 - a for a, (_, e) in zip(lo, lay.clip)))
+    out = []
+    for b in blocks:
+        cut = intersect(_box(b), box)
+        out.append(RankBlock(b.origin, cut[0], cut[1]) if cut is not None
+                   else RankBlock(b.origin, (0,) * len(gshape), (0,) * len(gshape)))
+    return tuple(out), lshape
+
+
+def _unclipped_blocks(lay, array, values, nranks, gshape, homes):
     from .errors import ScheduleError
     from .redistribute import reshape_box
     if lay.home:

@@ -91,8 +91,9 @@ class _Problem:
         import numpy as np
         self.g, self.model, self.cands = g, model, cands
         self.splits = [[dict(zip(v.labels, d)) for d in cands[v.index]] for v in g.vertices]
-        self.vc = [np.array([model.value(model.vertex(g, v, sp)) for sp in self.splits[v.index]], dtype=float)
-                   for v in g.vertices]
+        # A kernel in a loop, and the data it takes from its producers, cost once per iteration.
+        self.vc = [v.repeats * np.array([model.value(model.vertex(g, v, sp)) for sp in self.splits[v.index]],
+                                        dtype=float) for v in g.vertices]
         self._em: Dict[int, "np.ndarray"] = {}
         self.preds: Dict[int, List[int]] = {v.index: [] for v in g.vertices}
         for i, e in enumerate(g.edges):
@@ -110,7 +111,8 @@ class _Problem:
     def em(self, i: int):
         if i not in self._em:
             e = self.g.edges[i]
-            self._em[i] = self.model.edge_costs(self.g, e, self.splits[e.src], self.splits[e.dst])
+            self._em[i] = self.g.vertices[e.dst].repeats * self.model.edge_costs(self.g, e, self.splits[e.src],
+                                                                                 self.splits[e.dst])
         return self._em[i]
 
     def total(self, idx: Sequence[int]) -> float:

@@ -39,9 +39,20 @@ def comm_plans(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List["
 
 
 def format_report(steps: List[CommStep]) -> str:
+    """One line per MPI call, then the bytes sent per program call (loop steps times their counts)."""
     lines = [str(s) for s in steps]
-    total = sum(sum(s.sent) for s in steps)
-    lines.append(f"total bytes sent: {total:,}")
+    once = sum(sum(s.sent) for s in steps if s.repeats == 1)
+    looped = [s for s in steps if s.repeats != 1]
+    if not looped:
+        lines.append(f"total bytes sent: {once:,}")
+    elif all(isinstance(s.repeats, int) for s in looped):
+        total = once + sum(sum(s.total_sent) for s in looped)
+        bound = " at most" if any(s.at_most for s in looped) else ""
+        lines.append(f"total bytes sent:{bound} {total:,} ({once:,} outside loops, "
+                     f"{sum(sum(s.sent) for s in looped):,} per loop iteration)")
+    else:
+        lines.append(f"total bytes sent: {once:,} outside loops, plus per loop iteration "
+                     f"{sum(sum(s.sent) for s in looped):,} (give the loop bounds for a total)")
     return "\n".join(lines)
 
 
@@ -51,7 +62,8 @@ def bytes_per_kernel(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> 
     values = _values(sdfg, symbols)
     out: Dict[str, int] = {k.label: 0 for k in low.kernels}
     for cs in solve_plan(low, values, nprocs or low.nprocs):
-        out[cs.spec.kernel_label] = out.get(cs.spec.kernel_label, 0) + sum(sum(c.sent) for c in comm_steps(cs))
+        out[cs.spec.kernel_label] = out.get(cs.spec.kernel_label, 0) + sum(
+            sum(c.total_sent) if isinstance(c.repeats, int) else sum(c.sent) for c in comm_steps(cs, values))
     return out
 
 

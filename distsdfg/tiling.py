@@ -8,7 +8,7 @@ from dace import subsets, symbolic
 
 from . import dace_compat as dc
 
-__all__ = ["iterations", "block", "tile_range", "rank_symbol"]
+__all__ = ["iterations", "block", "tile_range", "rank_symbol", "rough_work"]
 
 
 def rank_symbol(kernel: int, axis: int):
@@ -21,6 +21,18 @@ def iterations(rng: Tuple) -> sympy.Expr:
     if st == 1:
         return sympy.simplify(hi - lo + 1)
     return sympy.floor((hi - lo) / st) + 1
+
+
+def rough_work(rng: subsets.Range, size: int = 1000) -> int:
+    """Iterations of a map range with every size symbol at ``size`` (to compare maps, not to plan)."""
+    n = sympy.Integer(1)
+    for r in rng.ranges:
+        n *= iterations(r)
+    n = sympy.sympify(n)
+    try:
+        return int(n.subs({s: size for s in n.free_symbols}))
+    except TypeError:
+        return 0
 
 
 def block(n, parts: int):

@@ -31,10 +31,7 @@ def run_case(text: str, comm):
     name, grids = parse_case(text)
     p = get(name)
     sdfg = p.sdfg()
-    if "*" in grids:     # every map with that many parameters
-        g = grids.pop("*")
-        grids.update({m.key: g for m in distsdfg.maps(sdfg) if len(m.params) == len(g) and m.key not in grids})
-    sched = distsdfg.schedule_by_label(sdfg, grids, fuzzy=True)
+    sched = distsdfg.schedule_by_label(sdfg, grids, fuzzy=True)   # "*": every kernel with that many parameters
     distsdfg.lower(sdfg, sched)
     return _run_lowered(text, p, sdfg, sched, comm)
 

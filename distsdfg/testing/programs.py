@@ -337,6 +337,31 @@ def _cg_ref(A, b, x, iters, tol, maxit):
     return {"x": x, "iters": np.array([n], dtype=np.int64)}
 
 
+@dace.program
+def jacobi_conv(A: dace.float64[N], B: dace.float64[N], res: dace.float64[1], iters: dace.int64[1], tol: dace.float64,
+                maxit: dace.int64):
+    """Jacobi sweeps until the summed change drops below ``tol`` (a reduction to a scalar in the loop)."""
+    for t in range(maxit):
+        B[1:-1] = 0.5 * (A[:-2] + A[2:])
+        res[0] = np.sum(np.abs(B[1:-1] - A[1:-1]))
+        A[1:-1] = B[1:-1]
+        iters[0] = t + 1
+        if res[0] < tol:
+            break
+
+
+def _jacobi_conv_ref(A, B, res, iters, tol, maxit):
+    A, B, res, iters = A.copy(), B.copy(), res.copy(), iters.copy()
+    for t in range(maxit):
+        B[1:-1] = 0.5 * (A[:-2] + A[2:])
+        res[0] = np.sum(np.abs(B[1:-1] - A[1:-1]))
+        A[1:-1] = B[1:-1]
+        iters[0] = t + 1
+        if res[0] < tol:
+            break
+    return {"A": A, "B": B, "res": res, "iters": iters}
+
+
 def _spd(r, n=256):
     m = r.random((n, n))
     return {"A": m @ m.T / n + np.eye(n), "b": r.random(n), "x": np.zeros(n), "iters": np.zeros(1, dtype=np.int64),
@@ -381,6 +406,9 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
     Program("fdtd2d", fdtd2d, lambda r: {"ex": r.random((40, 48)), "ey": r.random((40, 48)), "hz": r.random((40, 48)),
                                          "fict": r.random(8)}, _fdtd2d_ref, outputs=("ex", "ey", "hz")),
     Program("cg", cg, _spd, _cg_ref, outputs=("x", "iters")),
+    Program("jacobi_conv", jacobi_conv,
+            lambda r: {"A": r.random(402), "B": r.random(402), "res": np.zeros(1), "iters": np.zeros(1, dtype=np.int64),
+                       "tol": 30.36, "maxit": 1000}, _jacobi_conv_ref, outputs=("A", "B", "res", "iters")),
 ]}
 
 

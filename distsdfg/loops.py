@@ -483,22 +483,11 @@ class MachineRewriter(_Rewriter):
         nxt = self.next_use(arr)
         return nxt == "root" or (nxt == "end" and x in self.live)
 
-    def next_use(self, arr: str) -> str:
-        arr = self.root(arr)
-        for ev in self.future:
-            if ev[0] == "kernel":
-                c = self.touches(ev[1]).get(arr)
-                if c is not None and c.write is not None:
-                    return "root" if self.write_mode(arr, c) == "root" else "hold"
-                continue
-            cp = self.copy_of(ev)
-            if cp is not None and arr == cp[0]:
-                continue
-            if cp is not None and arr == cp[1]:
-                return "hold"
-            if arr in ev[1] and ev[3] is not None:
-                return "root"
-        return "end"
+    def root_event_use(self, ev: Tuple, arr: str) -> Optional[str]:
+        cp = self.copy_of(ev)
+        if cp is not None:             # a copy between distributed copies: a read of its source
+            return "hold" if arr == cp[1] else None
+        return "root" if arr in ev[1] and ev[3] is not None else None
 
     # -- rank-0 accesses ----------------------------------------------------------------------
     def copy_of(self, ev) -> Optional[Tuple[str, str, nodes.AccessNode, object, Tuple]]:

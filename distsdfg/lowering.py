@@ -216,9 +216,15 @@ class _Rewriter:
                 c = self.touches(ev[1]).get(arr)
                 if c is not None and c.write is not None:
                     return "root" if self.write_mode(arr, c) == "root" else "hold"
-            elif arr in ev[1]:
-                return "root"
+            else:
+                use = self.root_event_use(ev, arr)
+                if use is not None:
+                    return use
         return "end"
+
+    def root_event_use(self, ev: Tuple, arr: str) -> Optional[str]:
+        """What a rank-0 event does to ``arr`` for ``next_use`` (None: nothing that counts)."""
+        return "root" if arr in ev[1] else None
 
     def needs_gather(self, arr: str) -> bool:
         nxt = self.next_use(arr)

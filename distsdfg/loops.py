@@ -306,7 +306,7 @@ class MachineRewriter(_Rewriter):
 
     def replicate(self, x: str, state: SDFGState) -> nodes.AccessNode:
         """Make every rank's own ``x`` hold its value (Allreduce of partial sums, Allgatherv, ...)."""
-        st = self.data[x]
+        st = self.state_of(x)
         new = state.add_access(x)
         if st.holdings:
             src = st.holdings[-1]
@@ -355,7 +355,8 @@ class MachineRewriter(_Rewriter):
             if not self.data[x].all_valid:
                 self.replicate(x, state)
         for x in sorted(dc.interstate_reads(self.sdfg, state)):
-            if x in self.homes:        # a loop condition reads the array: every rank needs it
+            # A condition reads it: every rank must see rank 0's value, or ranks take other branches.
+            if x in self.homes or (x not in self.repl and not self.valid_everywhere(x)):
                 self.replicate(x, state)
 
     def run(self, segments: List[List[SDFGState]], plans: Dict[nodes.Node, KernelPlan]):

@@ -362,6 +362,22 @@ def _jacobi_conv_ref(A, B, res, iters, tol, maxit):
     return {"A": A, "B": B, "res": res, "iters": iters}
 
 
+@dace.program
+def flagged(A: dace.float64[N], flags: dace.int64[10]):
+    """A branch on input data that only rank 0 holds: every rank must take rank 0's branch."""
+    for t in range(10):
+        if flags[t] > 0:
+            A[:] = A * 0.5 + 1.0
+
+
+def _flagged_ref(A, flags):
+    A = A.copy()
+    for t in range(10):
+        if flags[t] > 0:
+            A[:] = A * 0.5 + 1.0
+    return {"A": A}
+
+
 def _spd(r, n=256):
     m = r.random((n, n))
     return {"A": m @ m.T / n + np.eye(n), "b": r.random(n), "x": np.zeros(n), "iters": np.zeros(1, dtype=np.int64),
@@ -406,6 +422,8 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
     Program("fdtd2d", fdtd2d, lambda r: {"ex": r.random((40, 48)), "ey": r.random((40, 48)), "hz": r.random((40, 48)),
                                          "fict": r.random(8)}, _fdtd2d_ref, outputs=("ex", "ey", "hz")),
     Program("cg", cg, _spd, _cg_ref, outputs=("x", "iters")),
+    Program("flagged", flagged, lambda r: {"A": r.random(40), "flags": r.integers(0, 2, 10).astype(np.int64)},
+            _flagged_ref, outputs=("A",)),
     Program("jacobi_conv", jacobi_conv,
             lambda r: {"A": r.random(402), "B": r.random(402), "res": np.zeros(1), "iters": np.zeros(1, dtype=np.int64),
                        "tol": 30.36, "maxit": 1000}, _jacobi_conv_ref, outputs=("A", "B", "res", "iters")),

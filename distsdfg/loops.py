@@ -36,6 +36,7 @@ from .constraints import ArrayConstraint, KernelPlan
 from .errors import DistributedLoweringError
 from .lowering import ArrayState, Holding, _Rewriter
 from .plan import ALL_HOME, ROOT_HOME, HomeSpec, Layout, StepSpec
+from .tiling import iterations
 
 __all__ = ["MachineRewriter", "loop_trips"]
 
@@ -81,10 +82,7 @@ def loop_trips(sdfg: SDFG) -> Dict[SDFGState, Tuple[str, bool]]:
                 found = None
             if found is not None:
                 _, (lo, hi, st), _ = found
-                lo, hi, st = (sympy.sympify(x) for x in (lo, hi, st))
-                count = sympy.simplify((hi - lo) / st + 1) if st == 1 or st == -1 else sympy.floor((hi - lo) / st) + 1
-                if st == -1:
-                    count = sympy.simplify(lo - hi + 1)
+                count = iterations((lo, hi, st))
         early = any(e.dst not in body for u in body - {head} for e in sdfg.out_edges(u))
         for u in body:
             factor[u] = factor.get(u, sympy.Integer(1)) * count
@@ -124,7 +122,6 @@ class MachineRewriter(_Rewriter):
         self.readers: Dict[str, List[nodes.Node]] = {}   # home buffer -> nodes done reading it since
         self.alias_written: Set[Tuple[int, str]] = set()
         self.alias_read: Set[str] = set()
-        self.state: Optional[SDFGState] = None
 
     # -- classification -----------------------------------------------------------------------
     def _size_one(self, name: str) -> bool:
@@ -340,7 +337,6 @@ class MachineRewriter(_Rewriter):
 
     # -- per state ------------------------------------------------------------------------------
     def begin_state(self, state: SDFGState, trips):
-        self.state = state
         self.repeats = trips.get(state, ("1", False))
         self.data, self.last, self.readers = {}, {}, {}
         for x in self.homes:

@@ -6,8 +6,9 @@ from .plan import CommStep
 from .redistribute import CommPlan
 from .api import maps, lower, compile, comm_report, comm_plans, schedule_by_label, auto_schedule, schedule_cost, explain
 from .costmodel import PaperModel, BytesModel, AlphaBetaModel, calibrate
+from .placement import ArrayLayout, layout
 
 __all__ = ["Schedule", "MapInfo", "CommStep", "CommPlan", "maps", "lower", "compile", "comm_report", "comm_plans",
            "schedule_by_label", "auto_schedule", "schedule_cost", "explain", "PaperModel", "BytesModel",
-           "AlphaBetaModel", "calibrate", "ScheduleError", "DistributedLoweringError"]
+           "AlphaBetaModel", "calibrate", "ScheduleError", "DistributedLoweringError", "ArrayLayout", "layout"]
 __version__ = "0.1.0"

@@ -56,11 +56,16 @@ def main_maps(sdfg: SDFG):
 
 
 def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[int] = None,
-          target: str = "cpu", plan_options: Optional[dict] = None) -> SDFG:
+          target: str = "cpu", plan_options: Optional[dict] = None, placement=None) -> SDFG:
     """Lower ``sdfg`` in place to an SPMD program that follows ``schedule``; returns ``sdfg``.
 
-    ``schedule="auto"`` plans one with ``auto_schedule(sdfg, nprocs, **plan_options)``.
+    ``schedule="auto"`` plans one with ``auto_schedule(sdfg, nprocs, **plan_options)`` (with
+    distributed placement, boundaries priced as free). ``placement``: ``"root"`` (default: rank 0
+    passes and receives arrays whole), ``"distributed"`` (every rank passes its own block, see
+    ``distsdfg.layout``), or ``{array: "root" | "distributed", "*": default}``.
     """
+    if placement is not None and placement != "root" and isinstance(schedule, str):
+        plan_options = {"inputs": "distributed", **(plan_options or {})}
     if isinstance(schedule, str):
         if schedule != "auto":
             raise DistributedLoweringError(f"schedule must be a Schedule, a dict or 'auto', got {schedule!r}")
@@ -69,9 +74,21 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
         schedule = auto_schedule(sdfg, nprocs, **(plan_options or {}))
     if target not in ("cpu",):
         raise DistributedLoweringError(f"target {target!r} is not supported; use 'cpu'")
-    return lower_sdfg(sdfg, as_schedule(schedule), target=target)
+    return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement)
 
 
-def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None) -> DistributedProgram:  # noqa: A001
-    """Collective: build ``sdfg`` once on rank 0 and load it on every rank of ``comm``."""
+def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=None) -> DistributedProgram:  # noqa: A001
+    """Collective: build ``sdfg`` once on rank 0 and load it on every rank of ``comm``.
+
+    ``placement`` (see ``lower``) other than the one ``sdfg`` was lowered with lowers a copy of
+    the original program with the same schedule first; the program's ``.sdfg`` is that copy.
+    """
+    if placement is not None:
+        from . import dace_compat as dc
+        from .placement import placed_arrays
+        from .runtime import lowered_of
+        low = lowered_of(sdfg)
+        original = dc.from_json(low.source)
+        if placed_arrays(original, placement) != set(low.boundary):
+            sdfg = lower_sdfg(original, low.schedule, target=low.target, placement=placement)
     return compile_distributed(sdfg, comm=comm, verbose=verbose)

@@ -23,11 +23,12 @@ def _lowered(args, nprocs_required=False):
     if getattr(args, "auto", False) or (args.schedule and list(args.schedule) == ["auto"]):
         if args.n is None:
             raise SystemExit("planning a schedule needs -n P (the number of ranks to plan for)")
+        inputs = "distributed" if getattr(args, "placement", "root") == "distributed" else "root"
         sched = distsdfg.auto_schedule(sdfg, args.n, cost_model=getattr(args, "model", "bytes"),
-                                       searcher=getattr(args, "searcher", "dp"), **sizes)
+                                       searcher=getattr(args, "searcher", "dp"), inputs=inputs, **sizes)
     else:
         sched = parse_schedule(args.schedule, sdfg)
-    distsdfg.lower(sdfg, sched)
+    distsdfg.lower(sdfg, sched, placement=getattr(args, "placement", None))
     return sdfg, sizes
 
 
@@ -47,7 +48,8 @@ def cmd_plan(args):
     steps = distsdfg.comm_report(sdfg, nprocs=P, **sizes)
     per_kernel = bytes_per_kernel(sdfg, nprocs=P, **sizes)
     try:
-        bounds = matmul_io_lower_bounds(sdfg, P, **sizes)
+        # The bound counts each element as starting on one rank: not so when inputs arrive replicated.
+        bounds = [] if sdfg._distsdfg.boundary else matmul_io_lower_bounds(sdfg, P, **sizes)
     except distsdfg.DistributedLoweringError:      # sizes that the tiled maps leave symbolic
         bounds = []
     total = sum(sum(s.total_sent) if isinstance(s.repeats, int) else sum(s.sent) for s in steps)
@@ -93,7 +95,7 @@ def cmd_explain(args):
     if sched is None and args.n is None:
         raise SystemExit("distsdfg explain needs --schedule or -n P (to plan one)")
     print(distsdfg.explain(sdfg, sched, nprocs=args.n, cost_model=args.model, alternatives=args.alternatives,
-                           **_sizes(args.sizes)))
+                           inputs="distributed" if args.placement == "distributed" else "root", **_sizes(args.sizes)))
 
 
 def _env():
@@ -118,11 +120,11 @@ def cmd_run(args):
     if args.here or args.compile_only:
         sys.exit(run_program(args.program, schedule=args.schedule, sizes=_sizes(args.sizes), nprocs=args.n,
                              target=args.target, check=args.check, seed=args.seed, compile_only=args.compile_only,
-                             verbose=args.verbose, rebuild=args.rebuild, save=args.save))
+                             verbose=args.verbose, rebuild=args.rebuild, save=args.save, placement=args.placement))
     from distsdfg.launch import launcher_argv
     n = args.n or 1
     inner = ["-m", "distsdfg", "run", args.program, "-n", str(n), "--target", args.target, "--seed", str(args.seed),
-             "--here"]
+             "--placement", args.placement, "--here"]
     if args.schedule:
         inner += ["--schedule"] + list(args.schedule)
     if args.sizes:
@@ -144,6 +146,8 @@ def cmd_slurm(args):
         run_args += ["--sizes"] + list(args.sizes)
     if args.check:
         run_args.append("--check")
+    if args.placement != "root":
+        run_args += ["--placement", args.placement]
     job = SlurmJob(args.program, nodes=args.nodes, ntasks_per_node=args.ntasks_per_node,
                    gpus_per_node=args.gpus_per_node, cpus_per_task=args.cpus_per_task, time=args.time,
                    partition=args.partition, account=args.account, constraint=args.constraint,
@@ -175,6 +179,8 @@ def cmd_launch(args):
 def _schedule_args(p):
     p.add_argument("--schedule", nargs="*", help="auto | KEY=2,2,1 ... (keys or labels) | FILE.json")
     p.add_argument("--sizes", nargs="*", help="N=1024 ...")
+    p.add_argument("--placement", default="root", choices=["root", "distributed"],
+                   help="arguments whole on rank 0 (root) or block by block on every rank (distributed)")
 
 
 def main(argv=None):

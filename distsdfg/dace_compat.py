@@ -329,3 +329,31 @@ def constant_map_value(state: SDFGState, entry: nodes.MapEntry) -> Optional[floa
     if m is None or m.group(1) not in t.out_connectors:
         return None
     return float(m.group(2))
+
+
+def rename_data(sdfg: SDFG, old: str, new: str) -> None:
+    """Rename the data container ``old`` to ``new`` in the descriptors, states and interstate edges."""
+    sdfg.replace_dict({old: new})
+
+
+def to_json(sdfg: SDFG) -> str:
+    import json
+    return json.dumps(sdfg.to_json())
+
+
+def from_json(text: str) -> SDFG:
+    import json
+    return SDFG.from_json(json.loads(text))
+
+
+class allow_view_arguments:
+    """Context: let a compiled SDFG take NumPy views as array arguments (we check contiguity)."""
+
+    def __enter__(self):
+        from dace.config import Config
+        self.old = Config.get_bool("compiler", "allow_view_arguments")
+        Config.set("compiler", "allow_view_arguments", value=True)
+
+    def __exit__(self, *exc):
+        from dace.config import Config
+        Config.set("compiler", "allow_view_arguments", value=self.old)

@@ -8,6 +8,7 @@ __all__ = [
     "UnsupportedProgramError",
     "CommunicatorSizeError",
     "InputError",
+    "PlacementError",
 ]
 
 
@@ -37,3 +38,7 @@ class CommunicatorSizeError(DistributedLoweringError):
 
 class InputError(DistributedLoweringError):
     """The arguments given to a compiled distributed program are wrong."""
+
+
+class PlacementError(DistributedLoweringError):
+    """A placement names an array that cannot live distributed at the program's boundary."""

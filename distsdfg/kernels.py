@@ -13,7 +13,7 @@ from . import dace_compat as dc
 __all__ = ["MapInfo", "AnalysedMap", "Kernel", "find_kernels", "maps", "KEPT_LIBRARY_NODES"]
 
 #: Library nodes that stay library nodes (their local semantics on blocks equal the tiled expansion).
-KEPT_LIBRARY_NODES = {"MatMul", "Gemm", "Dot", "BatchedMatMul", "Reduce", "Einsum", "Gemv"}
+KEPT_LIBRARY_NODES = {"MatMul", "Gemm", "Dot", "BatchedMatMul", "Reduce", "Einsum", "Gemv", "Transpose"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -112,9 +112,12 @@ class _Home:
 class MachineRewriter(_Rewriter):
     """``_Rewriter`` for a state machine: per state, with homes and replicated arrays at boundaries."""
 
-    def __init__(self, sdfg: SDFG, *, viewed: set, views: Dict[str, str]):
+    def __init__(self, sdfg: SDFG, *, viewed: set, views: Dict[str, str], placed: Set[str] = frozenset()):
         super().__init__(sdfg, linear=False, viewed=viewed, views=views)
+        self.placed = set(placed)            # arguments in distributed placement (see placement.py)
+        self.boundary: Dict[str, str] = {}   # placed array -> the home whose owned blocks users pass
         self.homes: Dict[str, _Home] = {}
+        self.extra_homes: List[HomeSpec] = []
         self.repl: Set[str] = set()
         self.live: Set[str] = set()          # arrays whose value crosses a state boundary
         self.written: Set[str] = set()       # arrays some state writes
@@ -168,6 +171,8 @@ class MachineRewriter(_Rewriter):
             if x in self.repl or not self.fusable(x) or x not in self.live or x in self.views:
                 continue
             self.add_home(x, uses)
+        for x in sorted(self.placed - set(self.homes)):
+            self.add_home(x, [])          # no kernel splits it: owners get even row blocks
 
     def add_home(self, x: str, uses):
         """Declare ``x``'s home buffer (shape and origin are per-rank symbols) and pick its anchor."""
@@ -181,11 +186,13 @@ class MachineRewriter(_Rewriter):
         buffer = f"__dsdfg_home_{x.strip('_')}"
         while buffer in self.sdfg.arrays:
             buffer += "_"
+        # Partial sums span the whole array on every rank: start from another kernel's blocks.
+        own = [u for u in own if not (u[3].write is not None and u[3].split_reduction)]
         if own:
             _, kp, _, c = min(own, key=rank)
             boxes = [c.write] if c.write is not None else c.reads
             anchor = self.kernel_layout(kp, buffer, boxes, name)
-        else:
+        else:     # no kernel's blocks to start from (or only partial sums, which every rank spans)
             anchor = Layout(buffer, f"home of {x}", (1,), ("",), (), (), (), home=name)
         nd = len(desc.shape)
         osyms = tuple(f"__dsdfg_{name}_o{d}" for d in range(nd))
@@ -197,8 +204,9 @@ class MachineRewriter(_Rewriter):
         self.homes[x] = _Home(name, x, buffer, anchor, [], osyms, ssyms, tuple(str(s) for s in desc.shape))
 
     def home_specs(self) -> List[HomeSpec]:
-        return [HomeSpec(h.name, h.array, h.buffer, h.global_shape, h.anchor,
-                         tuple(h.accesses), h.origin_syms, h.shape_syms) for h in self.homes.values()]
+        out = [HomeSpec(h.name, h.array, h.buffer, h.global_shape, h.anchor, tuple(h.accesses), h.origin_syms,
+                        h.shape_syms, boundary=h.buffer == h.array) for h in self.homes.values()]
+        return out + list(self.extra_homes)
 
     # -- layouts ------------------------------------------------------------------------------
     def kernel_layout(self, kp: KernelPlan, buffer: str, boxes, home: str) -> Layout:
@@ -274,11 +282,15 @@ class MachineRewriter(_Rewriter):
         import numpy as np
         desc = self.sdfg.arrays[x]
         np_dtype = np.dtype(desc.dtype.as_numpy_dtype())
+        if x in self.boundary:      # the argument is a block now: the array's shape is its home's
+            gshape, strides = self.homes[x].global_shape, ()
+        else:
+            gshape, strides = tuple(str(s) for s in desc.shape), tuple(str(s) for s in desc.strides)
         s = StepSpec(index=len(self.steps), kind="redist", array=x, local=dest.local, kernel=-1,
                      kernel_label=dest.kernel_label, dtype=np_dtype.name, itemsize=np_dtype.itemsize, grid=dest.grid,
                      rank_syms=dest.rank_syms, boxes=dest.boxes, origin=dest.origin, local_shape=dest.local_shape,
-                     global_shape=tuple(str(s) for s in desc.shape), source=source,
-                     global_strides=tuple(str(s) for s in desc.strides), view_shape=dest.view_shape, home=dest.home,
+                     global_shape=gshape, source=source,
+                     global_strides=strides, view_shape=dest.view_shape, home=dest.home,
                      clip=dest.clip, inplace=inplace, repeats=self.repeats[0], at_most=self.repeats[1])
         self.steps.append(s)
         return s
@@ -331,7 +343,13 @@ class MachineRewriter(_Rewriter):
             target = feeders[0] if feeders else None
         if target is None:
             target = state.add_access(x)
-            state.add_nedge(target, node, dace.Memlet())
+            feeders = [e.src for e in state.in_edges(node) if isinstance(e.src, nodes.AccessNode)]
+            if isinstance(node, nodes.LibraryNode) and feeders:
+                # Library nodes validate their connectors: order through their inputs instead.
+                for f in feeders:
+                    state.add_nedge(target, f, dace.Memlet())
+            else:
+                state.add_nedge(target, node, dace.Memlet())
         self.dm(state, self.raw_step(x, h.layout, self.whole(x, ROOT_HOME)), src_node, target)
         st.root_valid = True
 
@@ -340,7 +358,9 @@ class MachineRewriter(_Rewriter):
         self.repeats = trips.get(state, ("1", False))
         self.data, self.last, self.readers = {}, {}, {}
         for x in self.homes:
-            self.data[x] = ArrayState([self.home_holding(x, state)], root_valid=x not in self.written)
+            # Rank 0 holds the program's array whole only in root placement (until a state writes it).
+            self.data[x] = ArrayState([self.home_holding(x, state)],
+                                      root_valid=x not in self.written and x not in self.placed)
         for x in self.repl:
             self.data[x] = ArrayState([self.repl_holding(x, state)], root_valid=True, all_valid=True)
 
@@ -372,27 +392,73 @@ class MachineRewriter(_Rewriter):
         sdfg = self.sdfg
         self.repeats = ("1", False)
         sinks = [s for s in sdfg.nodes() if sdfg.out_degree(s) == 0]
-        args = [x for x in self.homes if not sdfg.arrays[x].transient]
+        self.place_arguments()
+        args = [x for x in self.homes if not sdfg.arrays[x].transient or x in self.boundary]
         repl_args = [x for x in sorted(self.repl) if not sdfg.arrays[x].transient]
         if args or repl_args:
             enter = sdfg.add_state_before(sdfg.start_state, "distsdfg_enter", is_start_block=True)
             self.last, self.readers = {}, {}
             for x in args:
                 h = self.homes[x]
-                self.dm(enter, self.raw_step(x, self.whole(x, ROOT_HOME), self.home_layout(x)), enter.add_read(x),
+                if h.buffer == x or x.startswith("__return"):   # the argument is the home / a return value
+                    continue
+                src = self.boundary_layout(x) if x in self.boundary else self.whole(x, ROOT_HOME)
+                self.dm(enter, self.raw_step(x, src, self.home_layout(x)), enter.add_read(x),
                         enter.add_access(h.buffer))
             for x in repl_args:
                 self.dm(enter, self.raw_step(x, self.whole(x, ROOT_HOME), self.whole(x, ALL_HOME), inplace=True),
                         enter.add_read(x), enter.add_write(x))
-        out = [x for x in args if x in self.written]
+        out = [x for x in args if x in self.written and self.homes[x].buffer != x]
         if out:
             for sink in sinks:
                 leave = sdfg.add_state_after(sink, "distsdfg_exit")
                 self.last, self.readers = {}, {}
                 for x in out:
                     h = self.homes[x]
-                    self.dm(leave, self.raw_step(x, self.home_layout(x), self.whole(x, ROOT_HOME)),
+                    dst = self.boundary_layout(x) if x in self.boundary else self.whole(x, ROOT_HOME)
+                    self.dm(leave, self.raw_step(x, self.home_layout(x), dst),
                             leave.add_read(h.buffer), leave.add_write(x))
+
+    # -- distributed placement ------------------------------------------------------------------
+    def boundary_layout(self, x: str) -> Layout:
+        return Layout(x, f"{x} as passed", (), (), (), (), (), None, (), self.boundary[x])
+
+    def place_arguments(self):
+        """Make each placed argument a per-rank block: its home's owned block, passed by the user.
+
+        Whatever still uses the program's whole array (code that runs on rank 0, a condition)
+        gets a full-size transient stand-in, filled from the home when needed. When no kernel
+        indexes the home buffer directly (no ghost cells), the argument *is* the home buffer;
+        otherwise the argument holds the owned block and the home buffer is filled from it on
+        entry (a local copy) and copied back on exit.
+        """
+        sdfg = self.sdfg
+        self.extra_homes: List[HomeSpec] = []
+        for x in sorted(self.placed):
+            h = self.homes[x]
+            desc = sdfg.arrays[x]
+            stand_in = f"__dsdfg_whole_{x.strip('_')}"
+            while stand_in in sdfg.arrays:
+                stand_in += "_"
+            dc.rename_data(sdfg, x, stand_in)
+            sdfg.arrays[stand_in].transient = True
+            self.touched.add(stand_in)
+            key = (h.anchor.grid, h.anchor.rank_syms, h.anchor.boxes)
+            if all((a.grid, a.rank_syms, a.boxes) == key for a in h.accesses):
+                # Kernels index the home only within the owned blocks: no ghost cells.
+                dc.rename_data(sdfg, h.buffer, x)
+                sdfg.arrays[x].transient = False
+                h.buffer = x
+                self.boundary[x] = h.name
+                continue
+            name = f"{h.name}b"
+            osyms = tuple(f"__dsdfg_{name}_o{d}" for d in range(len(desc.shape)))
+            ssyms = tuple(f"__dsdfg_{name}_s{d}" for d in range(len(desc.shape)))
+            for s in osyms + ssyms:
+                sdfg.add_symbol(s, dace.int64)
+            sdfg.add_array(x, [dc.sym(s) for s in ssyms], desc.dtype)
+            self.extra_homes.append(HomeSpec(name, x, x, h.global_shape, h.anchor, (), osyms, ssyms, boundary=True))
+            self.boundary[x] = name
 
     # -- kernels --------------------------------------------------------------------------------
     def alias_ok(self, kp: KernelPlan, arr: str, c: ArrayConstraint) -> bool:
@@ -425,6 +491,10 @@ class MachineRewriter(_Rewriter):
 
     def read_input(self, kp, arr, c, state, src_node, local_of, boxes=None):
         x = self.root(arr)
+        desc = self.sdfg.arrays[x]
+        if (kp.kernel.kind == "map" and c.write is None and isinstance(desc, dt.Scalar) and not desc.transient
+                and src_node is not None and src_node.data == x):
+            return src_node, x       # a scalar argument: every rank holds rank 0's value already
         if boxes is None and self.alias_ok(kp, arr, c) and self.has_home(x):
             h = self.homes[x]
             new = state.add_access(h.buffer)

@@ -46,6 +46,10 @@ class Lowered:
     even_checks: List[Tuple[str, int, str, int]]   # (map key, axis, extent expr, parts)
     target: str = "cpu"
     homes: List = dataclasses.field(default_factory=list)   # HomeSpec per array kept across states
+    # Distributed placement: argument -> the home (HomeSpec.name) whose owned blocks every
+    # rank passes and receives; the other arguments are whole on rank 0.
+    boundary: Dict[str, str] = dataclasses.field(default_factory=dict)
+    source: str = ""        # the SDFG before lowering (JSON), to lower again for another placement
 
     @property
     def nprocs(self) -> int:
@@ -501,15 +505,19 @@ class _Rewriter:
             self.drain()
 
 
-def _schedule_hash(sdfg_name: str, schedule: Schedule, target: str) -> str:
-    h = hashlib.sha1(f"{sdfg_name}|{schedule.to_json()}|{target}".encode()).hexdigest()
+def _schedule_hash(sdfg_name: str, schedule: Schedule, target: str, placed=()) -> str:
+    extra = f"|{','.join(placed)}" if placed else ""
+    h = hashlib.sha1(f"{sdfg_name}|{schedule.to_json()}|{target}{extra}".encode()).hexdigest()
     return h[:10]
 
 
-def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu") -> SDFG:
+def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None) -> SDFG:
+    from .placement import placed_arrays
     if getattr(sdfg, "_distsdfg", None) is not None:
         raise DistributedLoweringError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
                                        f"(prog.to_sdfg()) for another schedule")
+    source = dc.to_json(sdfg)
+    placed = placed_arrays(sdfg, placement)
     dc.repair_init_accumulate_races(sdfg)
     kernels = find_kernels(sdfg)
     known = {m.info.key: len(m.info.params) for k in kernels for m in k.maps}
@@ -541,11 +549,11 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu") -> SDFG:
     segments, linear = dc.program_segments(sdfg)
     views = dc.reshape_views(sdfg)
     viewed = dc.viewed_arrays(sdfg, exclude=views)
-    if linear:
+    if linear and not placed:
         rw = _Rewriter(sdfg, linear=True, viewed=viewed, views=views)
-    else:
+    else:       # homes at state boundaries; placed arguments are homes the user passes
         from .loops import MachineRewriter
-        rw = MachineRewriter(sdfg, viewed=viewed, views=views)
+        rw = MachineRewriter(sdfg, viewed=viewed, views=views, placed=placed)
     rw.run(segments, {kp.kernel.node: kp for kp in plans})
     dc.remove_unused_transients(sdfg, rw.touched)
     kgrids = []
@@ -553,8 +561,9 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu") -> SDFG:
         kgrids.append(KernelGrid(kp.kernel.index, kp.kernel.label, tuple(m.info.key for m in kp.kernel.maps),
                                  kp.grid, tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid))))
     original = sdfg.name
-    sdfg.name = f"{original}_d{_schedule_hash(original, schedule, target)}"
+    sdfg.name = f"{original}_d{_schedule_hash(original, schedule, target, sorted(placed))}"
     sdfg._distsdfg = Lowered(schedule.with_sdfg(original) if schedule.sdfg is None else schedule, original,
-                             rw.steps, kgrids, even_checks, target, getattr(rw, "home_specs", list)())
+                             rw.steps, kgrids, even_checks, target, getattr(rw, "home_specs", list)(),
+                             dict(getattr(rw, "boundary", {})), source)
     sdfg.validate()
     return sdfg

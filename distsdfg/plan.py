@@ -219,8 +219,8 @@ class ConcreteRedist:
     spec: StepSpec
     nranks: int
     global_shape: Tuple[int, ...]
-    src_lshape: Tuple[int, ...]
-    dst_lshape: Tuple[int, ...]
+    src_lshapes: Tuple[Tuple[int, ...], ...]     # per rank: the local buffers' shapes
+    dst_lshapes: Tuple[Tuple[int, ...], ...]
     src_blocks: Tuple[RankBlock, ...]
     dst_blocks: Tuple[RankBlock, ...]
     plan: "CommPlan"
@@ -248,6 +248,9 @@ class HomeSpec:
     accesses: Tuple[Layout, ...]
     origin_syms: Tuple[str, ...]
     shape_syms: Tuple[str, ...]
+    # The buffer is a program argument in distributed placement: it spans its rank's owned
+    # block exactly (empty on ranks that own nothing), and users pass it block by block.
+    boundary: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,10 +258,10 @@ class HomeSolution:
     """A home for concrete sizes: per rank the owned block (``origin``: the buffer's first element)."""
     spec: HomeSpec
     owned: Tuple[RankBlock, ...]
-    shape: Tuple[int, ...]
+    shapes: Tuple[Tuple[int, ...], ...]      # per rank: the buffer's extent
 
     def symbols(self, rank: int) -> Dict[str, int]:
-        out = {s: int(n) for s, n in zip(self.spec.shape_syms, self.shape)}
+        out = {s: int(n) for s, n in zip(self.spec.shape_syms, self.shapes[rank])}
         out.update({s: int(o) for s, o in zip(self.spec.origin_syms, self.owned[rank].origin)})
         return out
 
@@ -322,38 +325,37 @@ def solve_homes(homes: Sequence[HomeSpec], values: Dict[str, int], nranks: int) 
                 else:
                     lo[q] = [min(x, y) for x, y in zip(lo[q], b[0])]
                     hi[q] = [max(x, y + n) for x, y, n in zip(hi[q], b[0], b[1])]
-        shape = [1] * nd
-        for q in range(nranks):
-            if lo[q] is not None:
-                shape = [max(s, e - a) for s, a, e in zip(shape, lo[q], hi[q])]
+        shapes = tuple(tuple(max(e - a, 1) for a, e in zip(lo[q], hi[q])) if lo[q] is not None
+                       else ((0,) if h.boundary else (1,)) * nd for q in range(nranks))
         blocks = []
         for q in range(nranks):
             origin = tuple(lo[q]) if lo[q] is not None else (0,) * nd
             b = owned[q]
             blocks.append(RankBlock(origin, b[0], b[1]) if b is not None else RankBlock(origin, (0,) * nd, (0,) * nd))
-        out[h.name] = HomeSolution(h, tuple(blocks), tuple(shape))
+        out[h.name] = HomeSolution(h, tuple(blocks), shapes)
     return out
 
 
-def _home_blocks(lay, values, nranks, gshape, homes) -> Tuple[Tuple[RankBlock, ...], Tuple[int, ...]]:
+def _home_blocks(lay, values, nranks, gshape, homes):
     nd = len(gshape)
     zero = (0,) * nd
     if lay.home in (ROOT_HOME, ALL_HOME):
         full = RankBlock(zero, zero, tuple(gshape))
         empty = RankBlock(zero, zero, zero)
-        return tuple(full if (q == 0 or lay.home == ALL_HOME) else empty for q in range(nranks)), tuple(gshape)
+        return (tuple(full if (q == 0 or lay.home == ALL_HOME) else empty for q in range(nranks)),
+                (tuple(gshape),) * nranks)
     sol = homes[lay.home]
     if not lay.boxes:
-        return sol.owned, sol.shape
+        return sol.owned, sol.shapes
     blocks = []
     for q in range(nranks):
         b = _block(lay, _coords(q, lay.grid), values, gshape)
         blocks.append(RankBlock(sol.owned[q].origin, b.start, b.size))
-    return tuple(blocks), sol.shape
+    return tuple(blocks), sol.shapes
 
 
-def _layout_blocks(lay, array: str, values, nranks, gshape, homes=None) -> Tuple[Tuple[RankBlock, ...], Tuple[int, ...]]:
-    """Per-rank blocks of a layout in the array's coordinates, and the (common) local buffer shape."""
+def _layout_blocks(lay, array: str, values, nranks, gshape, homes=None):
+    """Per-rank blocks of a layout in the array's coordinates, and per rank the local buffer's shape."""
     blocks, lshape = _unclipped_blocks(lay, array, values, nranks, gshape, homes)
     if not lay.clip:
         return blocks, lshape
@@ -378,7 +380,7 @@ def _unclipped_blocks(lay, array, values, nranks, gshape, homes):
                      tuple(evaluate(s, values) for s in lay.view_shape) if lay.view_shape else gshape)
               for q in range(nranks)]
     if not lay.view_shape:
-        return tuple(blocks), lshape
+        return tuple(blocks), (lshape,) * nranks
     vshape = tuple(evaluate(s, values) for s in lay.view_shape)
     out, shapes = [], set()
     for q, b in enumerate(blocks):
@@ -401,7 +403,7 @@ def _unclipped_blocks(lay, array, values, nranks, gshape, homes):
         raise ScheduleError(f"`{array}` through the reshape {vshape} by `{lay.kernel_label}` gives ranks local blocks "
                             f"of different shapes {sorted(shapes)}; use a grid that divides the reshaped dimensions "
                             f"evenly")
-    return tuple(out), (shapes.pop() if shapes else tuple(1 for _ in gshape))
+    return tuple(out), (shapes.pop() if shapes else tuple(1 for _ in gshape),) * nranks
 
 
 def solve_redist(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None) -> ConcreteRedist:
@@ -469,9 +471,9 @@ def _overlapping(blocks: List[RankBlock]) -> bool:
     return False
 
 
-def _encode_redist(cs: ConcreteRedist) -> List[int]:
+def _encode_redist(cs: ConcreteRedist, rank: int) -> List[int]:
     spec, plan, P = cs.spec, cs.plan, cs.nranks
-    gshape, sl, dl = cs.global_shape, cs.src_lshape, cs.dst_lshape
+    gshape, sl, dl = cs.global_shape, cs.src_lshapes[rank], cs.dst_lshapes[rank]
     nd = len(gshape)
 
     def box(b, n):
@@ -510,9 +512,9 @@ def _strides(cs: ConcreteStep) -> Tuple[int, ...]:
     return tuple(out)
 
 
-def encode_step(cs) -> List[int]:
+def encode_step(cs, rank: int = 0) -> List[int]:
     if isinstance(cs, ConcreteRedist):
-        return _encode_redist(cs)
+        return _encode_redist(cs, rank)
     spec = cs.spec
     nd = len(cs.global_shape)
     out = [KIND_CODES[spec.kind], DTYPE_CODES[spec.dtype], OP_CODES[spec.op], nd, cs.nranks, cs.flags]
@@ -523,9 +525,10 @@ def encode_step(cs) -> List[int]:
     return out
 
 
-def encode_plan(steps: Sequence[ConcreteStep]) -> np.ndarray:
-    """The int64 table the generated code reads: ``[n, offsets..., step tables...]``."""
-    tables = [encode_step(s) for s in steps]
+def encode_plan(steps: Sequence[ConcreteStep], rank: int = 0) -> np.ndarray:
+    """The int64 table the generated code of ``rank`` reads: ``[n, offsets..., step tables...]``
+    (tables differ between ranks only in the shapes of that rank's local buffers)."""
+    tables = [encode_step(s, rank) for s in steps]
     header = 1 + len(tables)
     offsets, pos = [], header
     for t in tables:

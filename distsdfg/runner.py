@@ -110,10 +110,42 @@ def _compare(got: List[np.ndarray], ref: List[np.ndarray]) -> List[str]:
     return problems
 
 
+def _blocks(fn, mod, sizes, seed, rank):
+    """Distributed placement: the global inputs (same seed on every rank), this rank's blocks of the
+    placed ones, the size symbols (read off the global shapes) and the placed return values."""
+    from . import dace_compat as dc
+    from .runtime import symbol_values
+    original = dc.from_json(fn.lowered.source)
+    args = _arguments(mod, original, sizes, seed)
+    arrays = {k: v for k, v in args.items() if isinstance(v, np.ndarray)}
+    values = symbol_values(original, arrays, sizes)
+    sizes = {k: v for k, v in values.items() if k in original.symbols}
+    for a in fn.lowered.boundary:
+        if a in args:
+            args[a] = fn.layout(a, **sizes).block(args[a], rank)
+    returns = sorted(a for a in fn.lowered.boundary if a.startswith("__return"))
+    return args, sizes, returns
+
+
+def _assemble(fn, out, returns, sizes, comm):
+    """Gather placed return values' blocks and assemble them on rank 0 (None elsewhere)."""
+    many = isinstance(out, tuple)
+    outs = list(out) if many else [out]
+    names = returns if len(returns) == len(outs) else [None] * len(outs)
+    done = []
+    for name, o in zip(names, outs):
+        if name is None:
+            done.append(o)
+            continue
+        blocks = comm.gather(o, root=0)
+        done.append(fn.layout(name, **sizes).assemble(blocks) if comm.rank == 0 else None)
+    return tuple(done) if many else done[0]
+
+
 def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: Optional[Dict[str, int]] = None,
                 nprocs: Optional[int] = None, target: str = "cpu", check: bool = False, seed: int = 0,
                 compile_only: bool = False, verbose: bool = False, rebuild: bool = False, save: Optional[str] = None,
-                comm=None) -> int:
+                comm=None, placement=None) -> int:
     """Lower, compile once, run on the ranks of ``comm``; rank 0 reports. Returns an exit code.
 
     An exception on any rank prints ``distsdfg: rank R failed: ...`` and aborts the whole job.
@@ -132,21 +164,28 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
         sizes = dict(sizes or {})
         P = nprocs or comm.size
         if schedule and list(schedule) == ["auto"]:
-            sched = distsdfg.auto_schedule(sdfg, P, **sizes) if rank == 0 else None
+            inputs = "distributed" if placement not in (None, "root") else "root"
+            sched = distsdfg.auto_schedule(sdfg, P, inputs=inputs, **sizes) if rank == 0 else None
             sched = comm.bcast(sched, root=0) if not compile_only else sched
         else:
             sched = parse_schedule(schedule, sdfg)
-        distsdfg.lower(sdfg, sched, target=target)
+        distsdfg.lower(sdfg, sched, target=target, placement=placement)
         say(f"{sdfg.name}: lowered with {sdfg._distsdfg.schedule} for {P} ranks ({time.time() - t0:.1f}s)")
         if compile_only:
             build(sdfg, verbose=True, rebuild=rebuild)
             return 0
         fn = distsdfg.compile(sdfg, comm=comm, verbose=(rank == 0) or verbose)
-        args = _arguments(mod, sdfg, sizes, seed)
+        placed = fn.lowered.boundary
+        if placed:        # every rank makes the same global inputs and passes its blocks
+            args, sizes, returns = _blocks(fn, mod, sizes, seed, rank)
+        else:
+            args = _arguments(mod, sdfg, sizes, seed)
         t1 = time.time()
         out = fn(**args, **sizes)
         elapsed = comm.allreduce(time.time() - t1, op=MPI.MAX)
         code = 0
+        if placed and returns:
+            out = _assemble(fn, out, returns, sizes, comm)
         if rank == 0:
             outs = _outputs(out)
             say(f"ran on {comm.size} ranks in {elapsed:.3f}s; outputs: "

@@ -91,7 +91,7 @@ class DistributedProgram:
         from dace import data as dt
         for name, arr in arrays.items():
             desc = self.sdfg.arrays.get(name)
-            if desc is None or isinstance(desc, dt.Scalar):
+            if desc is None or isinstance(desc, dt.Scalar) or name in self.lowered.boundary:
                 continue
             if not isinstance(arr, np.ndarray):
                 return f"argument `{name}` must be a NumPy array, got {type(arr).__name__}"
@@ -119,15 +119,42 @@ class DistributedProgram:
             syms: Dict[str, int] = {}
             for h in homes.values():
                 syms.update(h.symbols(self.comm.rank))
-            self._plans[key] = (encode_plan(steps), steps, syms)
+            blocks = {x: homes[h].shapes[self.comm.rank] for x, h in self.lowered.boundary.items()}
+            self._plans[key] = (encode_plan(steps, self.comm.rank), steps, syms, blocks)
         return self._plans[key]
+
+    def layout(self, array: str, **sizes):
+        """``distsdfg.layout`` of ``array`` on this program's communicator."""
+        from .placement import layout
+        return layout(self, array, **sizes)
+
+    def _check_blocks(self, kwargs, blocks) -> Optional[str]:
+        """This rank's distributed-placement arguments: present, of its block's shape and the dtype."""
+        for x, shape in blocks.items():
+            arr = kwargs.get(x)
+            if arr is None:
+                if x.startswith("__return"):
+                    continue
+                return f"missing argument `{x}` (rank {self.comm.rank} passes its block of shape {shape})"
+            if not isinstance(arr, np.ndarray):
+                return f"argument `{x}` must be a NumPy array (this rank's block), got {type(arr).__name__}"
+            if tuple(arr.shape) != tuple(shape):
+                return (f"argument `{x}` on rank {self.comm.rank} has shape {tuple(arr.shape)}, but this rank's block "
+                        f"is {tuple(shape)} (distributed placement: pass distsdfg.layout(sdfg, {x!r}, ...).block(...) "
+                        f"or load it with .load(path, rank))")
+            want = np.dtype(self.sdfg.arrays[x].dtype.as_numpy_dtype())
+            if arr.dtype != want:
+                return f"argument `{x}` has dtype {arr.dtype} but the program expects {want}; convert it with .astype"
+            if not arr.flags.c_contiguous:
+                return f"argument `{x}` on rank {self.comm.rank} is not contiguous; pass np.ascontiguousarray(...)"
+        return None
 
     def __call__(self, *args, **kwargs):
         if args:
             names = [n for n in self.sdfg.arg_names]
             kwargs.update(dict(zip(names, args)))
         comm, rank, P = self.comm, self.comm.rank, self.comm.size
-        arrays = {k: v for k, v in kwargs.items() if isinstance(v, np.ndarray)}
+        arrays = {k: v for k, v in kwargs.items() if isinstance(v, np.ndarray) and k not in self.lowered.boundary}
         given = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k in self.sdfg.symbols}
         error, values = None, None
         if rank == 0:
@@ -149,10 +176,11 @@ class DistributedProgram:
         if error is not None:
             raise getattr(errors, error[0], InputError)(error[1])
         kwargs.update(scalars)
-        try:
-            table, _, home_syms = self.plan(values)
-        except DistributedLoweringError:
-            raise
+        table, _, home_syms, blocks = self.plan(values)
+        if blocks:      # distributed placement: every rank checks its own blocks, all agree
+            msgs = [m for m in comm.allgather(self._check_blocks(kwargs, blocks)) if m]
+            if msgs:
+                raise InputError(msgs[0])
         call = dict(kwargs)
         for k in self.sdfg.symbols:
             if k in values and k not in call:
@@ -165,7 +193,11 @@ class DistributedProgram:
         call.update(home_syms)
         call[PLAN_ARRAY] = table
         call[PLAN_LEN] = int(table.shape[0])
-        out = self._compiled(**call)
+        if blocks:      # a rank's block is often a view (a slice of a memory map); checked contiguous above
+            with dc.allow_view_arguments():
+                out = self._compiled(**call)
+        else:
+            out = self._compiled(**call)
         if isinstance(out, tuple):
             return tuple(np.copy(o) if isinstance(o, np.ndarray) else o for o in out)
         return np.copy(out) if isinstance(out, np.ndarray) else out

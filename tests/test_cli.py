@@ -81,6 +81,14 @@ def test_plan_json_equals_comm_report(tmp_path):
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_plan_with_distributed_placement_moves_nothing(tmp_path):
+    r = _distsdfg(["plan", os.path.join(ROOT, "examples/matmul.py:matmul"), "-n", "4", "--json", "--schedule",
+                   "gemm_map=2,2,1", "--sizes", "M=256", "N=128", "K=192", "--placement", "distributed"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout)
+    assert got["steps"] == [] and got["total_bytes"] == 0
+
+
 def test_launcher_follows_the_environment():
     plain = launcher_argv(4, ["x.py"], env={"PATH": os.environ["PATH"]}, timeout=60)
     assert plain == mpiexec_argv(4, ["x.py"], timeout=60)

@@ -378,6 +378,41 @@ def _flagged_ref(A, flags):
     return {"A": A}
 
 
+NB, NI, NHID, NO = (dace.symbol(s) for s in ("NB", "NI", "NHID", "NO"))
+
+
+@dace.program
+def mlp_sgd(x: dace.float64[NB, NI], y: dace.float64[NB, NO], W1: dace.float64[NI, NHID],
+            W2: dace.float64[NHID, NO], lr: dace.float64):
+    """One SGD step of a 2-layer ReLU MLP with mean squared error (weights updated in place)."""
+    h = x @ W1
+    a = np.maximum(h, 0.0)
+    out = a @ W2
+    d = (out - y) * (2.0 / (NB * NO))
+    gW2 = np.transpose(a) @ d
+    da = d @ np.transpose(W2)
+    dh = da * (h > 0.0)
+    gW1 = np.transpose(x) @ dh
+    W1 -= lr * gW1
+    W2 -= lr * gW2
+
+
+def _mlp_sgd_ref(x, y, W1, W2, lr):
+    W1, W2 = W1.copy(), W2.copy()
+    h = x @ W1
+    a = np.maximum(h, 0.0)
+    d = (a @ W2 - y) * (2.0 / y.size)
+    gW2 = a.T @ d
+    gW1 = x.T @ ((d @ W2.T) * (h > 0.0))
+    return {"W1": W1 - lr * gW1, "W2": W2 - lr * gW2}
+
+
+@dace.program
+def affine(A: dace.float64[N, N], B: dace.float64[N, N]):
+    for i, j in dace.map[0:N, 0:N]:
+        B[i, j] = 2.0 * A[i, j] + 1.0
+
+
 def _spd(r, n=256):
     m = r.random((n, n))
     return {"A": m @ m.T / n + np.eye(n), "b": r.random(n), "x": np.zeros(n), "iters": np.zeros(1, dtype=np.int64),
@@ -424,6 +459,11 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
     Program("cg", cg, _spd, _cg_ref, outputs=("x", "iters")),
     Program("flagged", flagged, lambda r: {"A": r.random(40), "flags": r.integers(0, 2, 10).astype(np.int64)},
             _flagged_ref, outputs=("A",)),
+    Program("mlp_sgd", mlp_sgd, lambda r: {"x": r.random((64, 32)) - 0.5, "y": r.random((64, 16)),
+                                           "W1": r.random((32, 48)) - 0.5, "W2": r.random((48, 16)) - 0.5, "lr": 0.1},
+            _mlp_sgd_ref, (("NB", 64), ("NI", 32), ("NHID", 48), ("NO", 16)), outputs=("W1", "W2")),
+    Program("affine", affine, lambda r: {"A": r.random((64, 64)), "B": np.zeros((64, 64))},
+            lambda A, B: {"B": 2.0 * A + 1.0}, (("N", 64),), outputs=("B",)),
     Program("jacobi_conv", jacobi_conv,
             lambda r: {"A": r.random(402), "B": r.random(402), "res": np.zeros(1), "iters": np.zeros(1, dtype=np.int64),
                        "tol": 30.36, "maxit": 1000}, _jacobi_conv_ref, outputs=("A", "B", "res", "iters")),

@@ -1,0 +1,185 @@
+"""Distributed placement (issue 10): inputs, outputs and state that never pass through rank 0.
+
+Unit tier (no compile): which arguments are placed, the layouts every rank passes, what
+comm_report and the planner price at the boundary, the block helpers.
+mpiexec tier: matmul, the MLP forward and five SGD steps on 4 ranks, block by block against
+NumPy, and a 4096 x 4096 .npy input read block-wise with each rank's memory tracked.
+"""
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import distsdfg
+from distsdfg import dace_compat as dc
+from distsdfg.errors import PlacementError
+from distsdfg.launch import mpiexec_argv
+from distsdfg.placement import ArrayLayout, placed_arrays
+from distsdfg.testing.programs import get
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MM = dict(M=256, N=128, K=192)
+
+
+def _sdfg(name):
+    warnings.simplefilter("ignore")
+    sdfg = get(name).sdfg()
+    dc.simplify(sdfg)
+    return sdfg
+
+
+def _lowered(name, grids, placement="distributed"):
+    sdfg = _sdfg(name)
+    return distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, grids), placement=placement)
+
+
+# -- unit tier -------------------------------------------------------------------------------------
+def test_placement_selects_argument_arrays_and_refuses_what_cannot_be_split():
+    mlp = _sdfg("mlp")
+    assert placed_arrays(mlp, "distributed") == {"x", "W1", "b1", "W2", "b2", "__return"}
+    assert placed_arrays(mlp, None) == placed_arrays(mlp, "root") == set()
+    assert placed_arrays(mlp, {"*": "distributed", "x": "root"}) == {"W1", "b1", "W2", "b2", "__return"}
+    assert placed_arrays(mlp, {"W1": "distributed"}) == {"W1"}
+    cg = _sdfg("cg")          # the scalar tolerance and one-element counters stay replicated
+    assert placed_arrays(cg, "distributed") == {"A", "b", "x"}
+    with pytest.raises(PlacementError, match="`tol` cannot be placed distributed: it is a scalar"):
+        placed_arrays(cg, {"tol": "distributed"})
+    with pytest.raises(PlacementError, match="`W3`, which is not an argument array.*W1"):
+        placed_arrays(mlp, {"W3": "distributed"})
+    with pytest.raises(PlacementError, match="'sharded'"):
+        placed_arrays(mlp, "sharded")
+
+
+def test_matmul_2_2_1_keeps_every_block_in_place():
+    sdfg = _lowered("matmul", {"gemm_map": (2, 2, 1)})
+    assert distsdfg.comm_report(sdfg, nprocs=4, **MM) == []           # no scatter, no gather, nothing
+    A = distsdfg.layout(sdfg, "A", nprocs=4, **MM)
+    assert A.blocks == (((0, 128), (0, 192)),) * 2 + (((128, 256), (0, 192)),) * 2
+    assert A.replicas(1) == (0, 1) and A.primary(0) and not A.primary(1)
+    B = distsdfg.layout(sdfg, "B", nprocs=4, **MM)
+    assert B.blocks[0] == B.blocks[2] == ((0, 192), (0, 64)) and B.blocks[1] == ((0, 192), (64, 128))
+    C = distsdfg.layout(sdfg, "__return", nprocs=4, **MM)
+    assert [C.blocks[q] for q in range(4)] == [((0, 128), (0, 64)), ((0, 128), (64, 128)), ((128, 256), (0, 64)),
+                                               ((128, 256), (64, 128))]
+    # The planner prices the same boundary as free.
+    assert distsdfg.schedule_cost(_sdfg("matmul"), {"_MatMult_.gemm_map": (2, 2, 1)}, inputs="distributed", **MM) == 0
+
+
+def test_matmul_1_1_4_only_combines_partial_sums():
+    sdfg = _lowered("matmul", {"gemm_map": (1, 1, 4)})
+    steps = distsdfg.comm_report(sdfg, nprocs=4, **MM)
+    assert [(s.collective, s.array) for s in steps] == [("Reduce_scatter", "__return")]
+    assert steps[0].received == (256 * 128 * 8 * 3 // 4,) * 4          # 3/4 of C's partial sums per rank
+    C = distsdfg.layout(sdfg, "__return", nprocs=4, **MM)                # partial sums land in row blocks
+    assert [C.block_shape(q) for q in range(4)] == [(64, 128)] * 4
+    A = distsdfg.layout(sdfg, "A", nprocs=4, **MM)
+    assert [A.blocks[q][1] for q in range(4)] == [(0, 48), (48, 96), (96, 144), (144, 192)]
+
+
+def test_root_override_gathers_only_that_array():
+    sdfg = _lowered("matmul", {"gemm_map": (2, 2, 1)}, {"*": "distributed", "__return": "root"})
+    steps = distsdfg.comm_report(sdfg, nprocs=4, **MM)
+    assert {s.array for s in steps} == {"__return"}
+    assert sum(s.received[0] for s in steps) == 3 * 128 * 64 * 8     # the three other blocks of C, once
+    assert distsdfg.layout(sdfg, "__return", nprocs=4, **MM).placement == "root"
+
+
+def test_uneven_blocks_have_their_own_shapes():
+    sdfg = _lowered("add_odd", {"*": (4, 1)})
+    x = distsdfg.layout(sdfg, "x", nprocs=4)
+    assert [x.block_shape(q) for q in range(4)] == [(3, 7), (3, 7), (3, 7), (1, 7)]
+    g = np.arange(70.0).reshape(10, 7)
+    blocks = [x.block(g, q) for q in range(4)]
+    assert all(b.base is None and b.flags.c_contiguous for b in blocks)
+    assert np.array_equal(x.assemble(blocks), g)
+    assert ArrayLayout.from_json(x.to_json()) == x
+    assert "rank 3: [9:10, 0:7]" in str(x)
+    with pytest.raises(PlacementError, match="rank 3's block has shape"):
+        x.assemble(blocks[:3] + [np.zeros((2, 7))])
+
+
+def test_training_step_keeps_weights_on_their_owners():
+    p = get("mlp_sgd")
+    sdfg = _sdfg("mlp_sgd")
+    sizes = dict(p.symbols)
+    distsdfg.lower(sdfg, "auto", nprocs=4, placement="distributed", plan_options=sizes)
+    steps = distsdfg.comm_report(sdfg, nprocs=4, **sizes)
+    # Weights and data are never gathered or scattered: only collectives among all ranks move them.
+    for s in steps:
+        if s.array in ("x", "y", "W1", "W2"):
+            assert s.collective in ("Allgatherv", "Reduce_scatter", "Isend/Irecv", "Allreduce"), s
+    assert not any(s.collective in ("Scatterv", "Gatherv") for s in steps if s.array != "lr")
+
+
+def test_compile_with_another_placement_lowers_a_copy(monkeypatch):
+    import distsdfg.api as api
+    sdfg = _lowered("matmul", {"gemm_map": (2, 2, 1)}, None)
+    seen = {}
+    monkeypatch.setattr(api, "compile_distributed", lambda s, **kw: seen.setdefault("sdfg", s))
+    distsdfg.compile(sdfg, placement="distributed")
+    other = seen["sdfg"]
+    assert other is not sdfg and set(other._distsdfg.boundary) == {"A", "B", "__return"}
+    assert sdfg._distsdfg.boundary == {}
+    seen.clear()
+    distsdfg.compile(other, placement="distributed")        # already so: compiled as is
+    assert seen["sdfg"] is other
+
+
+# -- mpiexec tier --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("placement")
+    out = tmp / "out.json"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    argv = mpiexec_argv(4, ["-m", "distsdfg.testing.placement_run", str(out), str(tmp)], timeout=1200)
+    proc = subprocess.run(argv, env=env, cwd=str(tmp), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {r["case"]: r for r in json.loads(out.read_text())}
+
+
+CASES = ["matmul:2,2,1", "matmul:1,1,4", "matmul:2,2,1:C at root", "mlp:data-parallel", "mlp:megatron",
+         "mlp_sgd:auto x5"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_rank_block_equals_numpy(results, case):
+    r = results[case]
+    assert "error" not in r, r.get("trace", r.get("error"))
+    assert r["rel_err"] and all(e <= 1e-10 for e in r["rel_err"].values()), r["rel_err"]
+    assert all(e <= 1e-10 for e in r["assembled_err"].values()), r["assembled_err"]
+    placed = set(r["boundary"])
+    for s in r["report"]:        # a placed array never goes through rank 0 alone
+        if s["array"] in placed:
+            assert s["collective"] not in ("Scatterv", "Gatherv", "Bcast"), s
+            assert not (s["sent"][0] and not any(s["sent"][1:])), s
+            assert not (s["received"][0] and not any(s["received"][1:])), s
+
+
+def test_communication_is_what_the_schedule_needs(results):
+    assert results["matmul:2,2,1"]["report"] == []
+    assert results["mlp:data-parallel"]["report"] == []          # weights replicated, batch rows split
+    assert [s["collective"] for s in results["matmul:1,1,4"]["report"]] == ["Reduce_scatter"]
+    assert [s["collective"] for s in results["mlp:megatron"]["report"]] == ["Reduce_scatter"]   # row-parallel W2
+    root = results["matmul:2,2,1:C at root"]
+    assert {s["array"] for s in root["report"]} == {"__return"} and root["boundary"] == ["A", "B"]
+
+
+def test_a_wrong_block_fails_on_every_rank_alike(results):
+    msgs = results["matmul:2,2,1"]["bad_block"]
+    assert len(set(msgs)) == 1 and "`A` on rank 2 has shape (127, 192)" in msgs[0] and "(128, 192)" in msgs[0]
+
+
+def test_npy_blocks_never_hold_the_whole_array(results):
+    r = results["npy"]
+    assert "error" not in r, r.get("trace", r.get("error"))
+    assert r["rel_err"]["B"] == 0.0 and r["report"] == []
+    for peak, block, rss in zip(r["peak"], r["block_bytes"], r["rss_growth"]):
+        assert block == r["array_bytes"] // 4
+        # Its input block and its output block, and nothing of the size of the array.
+        assert peak <= 2 * block + (1 << 20), (peak, block)
+        assert rss <= 2 * block + (16 << 20), (rss, block)

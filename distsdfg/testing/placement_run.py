@@ -31,6 +31,8 @@ CASES = {
     "mlp:megatron": ("mlp", {"_MatMult_.gemm_map": (1, 4, 1), "_Add__map": (1, 4), "_numpy_maximum__map": (1, 4),
                              "_MatMult__2.gemm_map": (1, 1, 4), "_Add__map_2": (4, 1)}, "distributed", 1),
     "mlp_sgd:auto x5": ("mlp_sgd", "auto", "distributed", 5),
+    "jacobi2d:2,2 x2": ("jacobi2d", {"*": (2, 2)}, "distributed", 2),
+    "flagged:4": ("flagged", {"*": (4,)}, "distributed", 1),
     "npy": ("affine", {"*": (4, 1)}, "distributed", 1),
 }
 NPY_N = 4096
@@ -66,14 +68,19 @@ def _rel(a, b) -> float:
 def run_case(case: str, comm, tag: int) -> dict:
     import distsdfg
     from distsdfg.testing.programs import get
+    from distsdfg import dace_compat as dc
+    from distsdfg.runtime import symbol_values
     name, sched, placement, calls = CASES[case]
     p = get(name)
-    sizes = dict(p.symbols)
     rank, P = comm.rank, comm.size
+    inputs = p.inputs(np.random.default_rng(1234))
+    sizes = dict(p.symbols)
     sdfg = _lower(name, sched, placement, sizes, P, tag)
     prog = distsdfg.compile(sdfg)
     low = prog.lowered
-    inputs = p.inputs(np.random.default_rng(1234))
+    original = dc.from_json(low.source)       # size symbols from the global shapes (blocks do not tell)
+    values = symbol_values(original, {k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}, sizes)
+    sizes = {k: v for k, v in values.items() if k in original.symbols}
     lay = {a: prog.layout(a, **sizes) for a in inputs if isinstance(inputs[a], np.ndarray)}
     args = {a: (lay[a].block(v, rank) if lay[a].placement == "distributed" else v.copy())
             if isinstance(v, np.ndarray) else v for a, v in inputs.items()}

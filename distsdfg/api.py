@@ -72,8 +72,8 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
         if nprocs is None:
             raise DistributedLoweringError("lower(sdfg, 'auto') needs nprocs=P, the number of ranks to plan for")
         schedule = auto_schedule(sdfg, nprocs, **(plan_options or {}))
-    if target not in ("cpu",):
-        raise DistributedLoweringError(f"target {target!r} is not supported; use 'cpu'")
+    if target not in ("cpu", "gpu"):
+        raise DistributedLoweringError(f"target {target!r} is not supported; use 'cpu' or 'gpu'")
     return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement)
 
 

@@ -565,5 +565,12 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     sdfg._distsdfg = Lowered(schedule.with_sdfg(original) if schedule.sdfg is None else schedule, original,
                              rw.steps, kgrids, even_checks, target, getattr(rw, "home_specs", list)(),
                              dict(getattr(rw, "boundary", {})), source)
+    if target == "gpu":
+        from .gpu import OffloadKernels
+        if sdfg._distsdfg.homes:
+            raise UnsupportedProgramError(
+                f"target='gpu': `{original}` keeps arrays in home buffers (loops, branches or distributed placement), "
+                f"which the GPU target does not stage yet; use target='cpu' for it")
+        OffloadKernels().apply_pass(sdfg, {})
     sdfg.validate()
     return sdfg

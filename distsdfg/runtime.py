@@ -150,6 +150,12 @@ class DistributedProgram:
         return None
 
     def __call__(self, *args, **kwargs):
+        if self.lowered.target == "gpu":
+            from .gpu import gpu_available
+            if not gpu_available():     # DaCe's CUDA runtime would kill the process
+                raise DistributedLoweringError(
+                    f"`{self.lowered.original_name}` was lowered for target='gpu' but rank {self.comm.rank} sees no "
+                    f"CUDA GPU (no driver or no device); run it on GPU nodes or lower with target='cpu'")
         if args:
             names = [n for n in self.sdfg.arg_names]
             kwargs.update(dict(zip(names, args)))
@@ -247,8 +253,16 @@ def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
     The stamp is written only after a complete build, so an interrupted compile is rebuilt
     on the next run rather than loaded half-made.
     """
-    from dace.sdfg.utils import load_precompiled_sdfg
     t0 = time.time()
+    if getattr(getattr(sdfg, "_distsdfg", None), "target", "cpu") == "gpu":
+        from .gpu import build_settings
+        with build_settings(sdfg.build_folder):
+            return _build(sdfg, verbose, rebuild, t0)
+    return _build(sdfg, verbose, rebuild, t0)
+
+
+def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
+    from dace.sdfg.utils import load_precompiled_sdfg
     folder = sdfg.build_folder
     key = build_key(sdfg)
     rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")

@@ -64,8 +64,9 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
     passes and receives arrays whole), ``"distributed"`` (every rank passes its own block, see
     ``distsdfg.layout``), or ``{array: "root" | "distributed", "*": default}``.
     """
-    if placement is not None and placement != "root" and isinstance(schedule, str):
-        plan_options = {"inputs": "distributed", **(plan_options or {})}
+    if isinstance(schedule, str):
+        from .placement import boundary_pricing
+        plan_options = {"inputs": boundary_pricing(placement), **(plan_options or {})}
     if isinstance(schedule, str):
         if schedule != "auto":
             raise DistributedLoweringError(f"schedule must be a Schedule, a dict or 'auto', got {schedule!r}")

@@ -23,9 +23,10 @@ def _lowered(args, nprocs_required=False):
     if getattr(args, "auto", False) or (args.schedule and list(args.schedule) == ["auto"]):
         if args.n is None:
             raise SystemExit("planning a schedule needs -n P (the number of ranks to plan for)")
-        inputs = "distributed" if getattr(args, "placement", "root") == "distributed" else "root"
+        from distsdfg.placement import boundary_pricing
         sched = distsdfg.auto_schedule(sdfg, args.n, cost_model=getattr(args, "model", "bytes"),
-                                       searcher=getattr(args, "searcher", "dp"), inputs=inputs, **sizes)
+                                       searcher=getattr(args, "searcher", "dp"),
+                                       inputs=boundary_pricing(getattr(args, "placement", None)), **sizes)
     else:
         sched = parse_schedule(args.schedule, sdfg)
     distsdfg.lower(sdfg, sched, placement=getattr(args, "placement", None))
@@ -94,8 +95,9 @@ def cmd_explain(args):
     sched = parse_schedule(args.schedule, sdfg) if args.schedule else None
     if sched is None and args.n is None:
         raise SystemExit("distsdfg explain needs --schedule or -n P (to plan one)")
+    from distsdfg.placement import boundary_pricing
     print(distsdfg.explain(sdfg, sched, nprocs=args.n, cost_model=args.model, alternatives=args.alternatives,
-                           inputs="distributed" if args.placement == "distributed" else "root", **_sizes(args.sizes)))
+                           inputs=boundary_pricing(args.placement), **_sizes(args.sizes)))
 
 
 def _env():

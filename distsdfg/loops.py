@@ -194,14 +194,18 @@ class MachineRewriter(_Rewriter):
             anchor = self.kernel_layout(kp, buffer, boxes, name)
         else:     # no kernel's blocks to start from (or only partial sums, which every rank spans)
             anchor = Layout(buffer, f"home of {x}", (1,), ("",), (), (), (), home=name)
-        nd = len(desc.shape)
+        osyms, ssyms = self.buffer_symbols(name, len(desc.shape))
+        self.sdfg.add_array(buffer, [dc.sym(s) for s in ssyms], desc.dtype, transient=True,
+                            offset=[-dc.sym(s) for s in osyms])
+        self.homes[x] = _Home(name, x, buffer, anchor, [], osyms, ssyms, tuple(str(s) for s in desc.shape))
+
+    def buffer_symbols(self, name: str, nd: int) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+        """Per-rank symbols of a buffer's origin and shape (declared in the SDFG)."""
         osyms = tuple(f"__dsdfg_{name}_o{d}" for d in range(nd))
         ssyms = tuple(f"__dsdfg_{name}_s{d}" for d in range(nd))
         for s in osyms + ssyms:
             self.sdfg.add_symbol(s, dace.int64)
-        self.sdfg.add_array(buffer, [dc.sym(s) for s in ssyms], desc.dtype, transient=True,
-                            offset=[-dc.sym(s) for s in osyms])
-        self.homes[x] = _Home(name, x, buffer, anchor, [], osyms, ssyms, tuple(str(s) for s in desc.shape))
+        return osyms, ssyms
 
     def home_specs(self) -> List[HomeSpec]:
         out = [HomeSpec(h.name, h.array, h.buffer, h.global_shape, h.anchor, tuple(h.accesses), h.origin_syms,
@@ -433,7 +437,6 @@ class MachineRewriter(_Rewriter):
         entry (a local copy) and copied back on exit.
         """
         sdfg = self.sdfg
-        self.extra_homes: List[HomeSpec] = []
         for x in sorted(self.placed):
             h = self.homes[x]
             desc = sdfg.arrays[x]
@@ -452,10 +455,7 @@ class MachineRewriter(_Rewriter):
                 self.boundary[x] = h.name
                 continue
             name = f"{h.name}b"
-            osyms = tuple(f"__dsdfg_{name}_o{d}" for d in range(len(desc.shape)))
-            ssyms = tuple(f"__dsdfg_{name}_s{d}" for d in range(len(desc.shape)))
-            for s in osyms + ssyms:
-                sdfg.add_symbol(s, dace.int64)
+            osyms, ssyms = self.buffer_symbols(name, len(desc.shape))
             sdfg.add_array(x, [dc.sym(s) for s in ssyms], desc.dtype)
             self.extra_homes.append(HomeSpec(name, x, x, h.global_shape, h.anchor, (), osyms, ssyms, boundary=True))
             self.boundary[x] = name

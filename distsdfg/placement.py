@@ -22,7 +22,7 @@ from dace.sdfg import SDFG
 
 from .errors import PlacementError
 
-__all__ = ["PLACEMENTS", "placed_arrays", "ArrayLayout", "layout"]
+__all__ = ["PLACEMENTS", "placed_arrays", "boundary_pricing", "global_sizes", "ArrayLayout", "layout"]
 
 PLACEMENTS = ("root", "distributed")
 PlacementLike = Union[None, str, Mapping[str, str]]
@@ -73,6 +73,20 @@ def placed_arrays(sdfg: SDFG, placement: PlacementLike) -> Set[str]:
     if default == "distributed":
         out |= {n for n, why in cands.items() if why is None and n not in placement}
     return out
+
+
+def boundary_pricing(placement: PlacementLike) -> str:
+    """The planner's ``inputs=`` for a placement: boundaries free unless everything is at root."""
+    return "root" if placement in (None, "root") else "distributed"
+
+
+def global_sizes(program, inputs: Mapping[str, object], given: Mapping[str, int] = {}) -> Dict[str, int]:
+    """Size symbols of a compiled program read off global arrays (blocks do not tell them)."""
+    from . import dace_compat as dc
+    from .runtime import symbol_values
+    original = dc.from_json(program.lowered.source)
+    arrays = {k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}
+    return {k: v for k, v in symbol_values(original, arrays, dict(given)).items() if k in original.symbols}
 
 
 @dataclasses.dataclass(frozen=True)

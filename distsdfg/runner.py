@@ -114,12 +114,9 @@ def _blocks(fn, mod, sizes, seed, rank):
     """Distributed placement: the global inputs (same seed on every rank), this rank's blocks of the
     placed ones, the size symbols (read off the global shapes) and the placed return values."""
     from . import dace_compat as dc
-    from .runtime import symbol_values
-    original = dc.from_json(fn.lowered.source)
-    args = _arguments(mod, original, sizes, seed)
-    arrays = {k: v for k, v in args.items() if isinstance(v, np.ndarray)}
-    values = symbol_values(original, arrays, sizes)
-    sizes = {k: v for k, v in values.items() if k in original.symbols}
+    from .placement import global_sizes
+    args = _arguments(mod, dc.from_json(fn.lowered.source), sizes, seed)
+    sizes = global_sizes(fn, args, sizes)
     for a in fn.lowered.boundary:
         if a in args:
             args[a] = fn.layout(a, **sizes).block(args[a], rank)
@@ -164,8 +161,9 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
         sizes = dict(sizes or {})
         P = nprocs or comm.size
         if schedule and list(schedule) == ["auto"]:
-            inputs = "distributed" if placement not in (None, "root") else "root"
-            sched = distsdfg.auto_schedule(sdfg, P, inputs=inputs, **sizes) if rank == 0 else None
+            from .placement import boundary_pricing
+            sched = (distsdfg.auto_schedule(sdfg, P, inputs=boundary_pricing(placement), **sizes) if rank == 0
+                     else None)
             sched = comm.bcast(sched, root=0) if not compile_only else sched
         else:
             sched = parse_schedule(schedule, sdfg)

@@ -68,8 +68,7 @@ def _rel(a, b) -> float:
 def run_case(case: str, comm, tag: int) -> dict:
     import distsdfg
     from distsdfg.testing.programs import get
-    from distsdfg import dace_compat as dc
-    from distsdfg.runtime import symbol_values
+    from distsdfg.placement import global_sizes
     name, sched, placement, calls = CASES[case]
     p = get(name)
     rank, P = comm.rank, comm.size
@@ -78,9 +77,7 @@ def run_case(case: str, comm, tag: int) -> dict:
     sdfg = _lower(name, sched, placement, sizes, P, tag)
     prog = distsdfg.compile(sdfg)
     low = prog.lowered
-    original = dc.from_json(low.source)       # size symbols from the global shapes (blocks do not tell)
-    values = symbol_values(original, {k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}, sizes)
-    sizes = {k: v for k, v in values.items() if k in original.symbols}
+    sizes = global_sizes(prog, inputs, sizes)
     lay = {a: prog.layout(a, **sizes) for a in inputs if isinstance(inputs[a], np.ndarray)}
     args = {a: (lay[a].block(v, rank) if lay[a].placement == "distributed" else v.copy())
             if isinstance(v, np.ndarray) else v for a, v in inputs.items()}

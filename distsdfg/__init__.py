@@ -7,8 +7,11 @@ from .redistribute import CommPlan
 from .api import maps, lower, compile, comm_report, comm_plans, schedule_by_label, auto_schedule, schedule_cost, explain
 from .costmodel import PaperModel, BytesModel, AlphaBetaModel, calibrate
 from .placement import ArrayLayout, layout
+from .sharding import schedule_from_shardings
+from .torch_frontend import TorchProgram, from_torch, from_torch_train_step
 
 __all__ = ["Schedule", "MapInfo", "CommStep", "CommPlan", "maps", "lower", "compile", "comm_report", "comm_plans",
            "schedule_by_label", "auto_schedule", "schedule_cost", "explain", "PaperModel", "BytesModel",
-           "AlphaBetaModel", "calibrate", "ScheduleError", "DistributedLoweringError", "ArrayLayout", "layout"]
+           "AlphaBetaModel", "calibrate", "ScheduleError", "DistributedLoweringError", "ArrayLayout", "layout",
+           "schedule_from_shardings", "TorchProgram", "from_torch", "from_torch_train_step"]
 __version__ = "0.1.0"

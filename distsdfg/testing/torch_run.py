@@ -1,0 +1,165 @@
+"""PyTorch models under mpiexec: rank 0 checks against PyTorch and writes JSON.
+
+    mpiexec -n 4 python -m mpi4py -m distsdfg.testing.torch_run OUT.json mlp:forward:data mlp:train-sgd:megatron ...
+
+A case is ``model:mode:sharding``: a model of ``MODELS``, ``forward`` or ``train-sgd`` /
+``train-adam`` (three steps), and a sharding of ``SHARDINGS`` turned into a schedule with
+``distsdfg.schedule_from_shardings``. Each case is compiled once (on rank 0).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import sys
+import traceback
+
+import numpy as np
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def mlp(seed=0, n_in=32, hidden=64, n_out=8):
+    torch = _torch()
+    nn = torch.nn
+    torch.manual_seed(seed)
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(n_in, hidden)
+            self.fc2 = nn.Linear(hidden, n_out)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(x)))
+    return MLP()
+
+
+def block(seed=0, E=32, H=4, F=64):
+    """A pre-norm transformer block with explicit heads (layer norm, attention, GELU MLP)."""
+    torch = _torch()
+    nn = torch.nn
+    torch.manual_seed(seed)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(E), nn.LayerNorm(E)
+            self.q, self.k, self.v = nn.Linear(E, E), nn.Linear(E, E), nn.Linear(E, E)
+            self.proj = nn.Linear(E, E)
+            self.fc1, self.fc2 = nn.Linear(E, F), nn.Linear(F, E)
+
+        def heads(self, t, B, S):
+            return t.view(B, S, H, E // H).permute(0, 2, 1, 3)
+
+        def forward(self, x):
+            B, S, _ = x.shape
+            h = self.ln1(x)
+            q, k, v = (self.heads(f(h), B, S) for f in (self.q, self.k, self.v))
+            att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(E // H), dim=-1)
+            o = (att @ v).permute(0, 2, 1, 3).reshape(B, S, E)
+            x = x + self.proj(o)
+            return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+    return Block()
+
+
+#: model -> (constructor, input shape, number of classes for training targets)
+MODELS = {"mlp": (mlp, (16, 32), 8), "block": (block, (4, 8, 32), None)}
+
+#: sharding name -> {array: ways per dimension} for a 4-rank run
+SHARDINGS = {
+    "data": {"x": (4, 1), "target": (4,)},
+    "data3": {"x": (4, 1, 1)},
+    "megatron": {"fc1_weight": (4, 1), "fc2_weight": (1, 4)},
+    "heads": {"q_weight": (4, 1), "k_weight": (4, 1), "v_weight": (4, 1), "proj_weight": (1, 4),
+              "fc1_weight": (4, 1), "fc2_weight": (1, 4)},
+}
+
+
+def _optimizer(kind, params):
+    torch = _torch()
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    return torch.optim.Adam(params, lr=0.01)
+
+
+def _rel(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+def run_case(case: str, comm) -> dict:
+    import distsdfg
+    from distsdfg.torch_frontend import from_torch, from_torch_train_step
+    torch = _torch()
+    model_name, mode, shard = case.split(":")
+    make, shape, classes = MODELS[model_name]
+    model = make()
+    gen = torch.Generator().manual_seed(1234)
+    x = torch.randn(*shape, generator=gen)
+    shardings = {k: v for k, v in SHARDINGS[shard].items()}
+    if mode == "forward":
+        prog = from_torch(model, (x,))
+    else:
+        y = torch.randint(0, classes, (shape[0],), generator=gen)
+        opt = _optimizer(mode.split("-")[1], model.parameters())
+        prog = from_torch_train_step(model, torch.nn.CrossEntropyLoss(), opt, (x,), y)
+    sdfg = prog.sdfg
+    shardings = {k: v for k, v in shardings.items() if k in sdfg.arrays}
+    sched = distsdfg.schedule_from_shardings(sdfg, shardings, nprocs=comm.size)
+    distsdfg.lower(sdfg, sched)
+    report = distsdfg.comm_report(sdfg, nprocs=comm.size)
+    fn = distsdfg.compile(sdfg)
+    result = {"case": case, "schedule": {k: list(v) for k, v in sched.items()},
+              "report": [{"collective": s.collective, "array": s.array, "sent": list(s.sent)} for s in report]}
+    if mode == "forward":
+        args = prog.arguments(x)
+        out = fn(**args)
+        if comm.rank == 0:
+            result["rel_err"] = _rel(out, model(x).detach().numpy())
+        return result
+    args = prog.arguments(x, y)
+    ref = copy.deepcopy(model)
+    ropt = _optimizer(mode.split("-")[1], ref.parameters())
+    losses, ref_losses = [], []
+    for _ in range(3):
+        loss = fn(**args)
+        ropt.zero_grad()
+        rl = torch.nn.CrossEntropyLoss()(ref(x), y)
+        rl.backward()
+        ropt.step()
+        if comm.rank == 0:
+            losses.append(float(np.asarray(loss).reshape(-1)[0]))
+            ref_losses.append(float(rl.item()))
+    if comm.rank == 0:
+        got = prog.state_dict(args)
+        result["loss_err"] = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
+        result["rel_err"] = max(_rel(got[k].numpy(), v.detach().numpy()) for k, v in ref.state_dict().items())
+        result["losses"] = losses
+    return result
+
+
+def main(argv):
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    out_path, cases = argv[0], argv[1:]
+    results = []
+    for c in cases:
+        try:
+            r = run_case(c, comm)
+        except Exception as exc:  # report and continue with the other cases
+            r = {"case": c, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
+            print(f"rank {comm.rank}: case {c} failed: {exc}", file=sys.stderr, flush=True)
+        if comm.rank == 0:
+            results.append(r)
+            print(json.dumps({k: v for k, v in r.items() if k not in ("trace", "report", "schedule")})[:400], flush=True)
+    if comm.rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,541 @@
+"""PyTorch frontend: ``nn.Module`` inference and whole training steps as DaCe programs.
+
+``from_torch(module, example_inputs)`` exports the module with ``torch.export``, decomposes it
+to core ATen, and writes a NumPy-level ``@dace.program`` (``TorchProgram.source``) with one
+argument per parameter, buffer and input; its SDFG (``TorchProgram.sdfg``) is an ordinary
+program for ``distsdfg.maps / lower / compile``. ``from_torch_train_step`` traces forward,
+loss and PyTorch's own backward (``torch.func.grad_and_value`` under ``make_fx``) into one
+graph and appends the optimizer's update (SGD with momentum, Adam, AdamW) as element-wise
+kernels that write the parameter and optimizer-state arrays in place.
+
+Data flow: capture (torch graph + placeholders) -> emit (``torch_ops`` per node) -> source ->
+``dace.program`` -> SDFG with kernels named after the ops. Nothing is executed by torch
+except on fake tensors during tracing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import keyword
+import os
+import re
+import tempfile
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .errors import DistributedLoweringError
+from .torch_ops import EMITTERS, Emitter, UnsupportedOpError, Val, dace_type, literal
+
+__all__ = ["TorchProgram", "from_torch", "from_torch_train_step", "UnsupportedOpError", "TorchFrontendError"]
+
+
+class TorchFrontendError(DistributedLoweringError):
+    """A module, optimizer or input the PyTorch frontend cannot translate as given."""
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise TorchFrontendError("the PyTorch frontend needs torch: pip install -e '.[torch]'") from None
+    return torch
+
+
+def _np_dtype(tdtype) -> np.dtype:
+    torch = _torch()
+    return np.dtype(torch.empty((), dtype=tdtype).numpy().dtype)
+
+
+def _to_numpy(value, what: str) -> np.ndarray:
+    torch = _torch()
+    if isinstance(value, torch.Tensor):
+        return np.ascontiguousarray(value.detach().cpu().numpy()).copy()
+    if isinstance(value, np.ndarray):
+        return np.ascontiguousarray(value).copy()
+    raise TorchFrontendError(f"{what} must be a torch.Tensor or a NumPy array, got {type(value).__name__}")
+
+
+def array_name(path: str, taken: set) -> str:
+    """A program argument name for a module path (``fc1.weight`` -> ``fc1_weight``)."""
+    name = re.sub(r"\W", "_", path)
+    if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("v_") or name.startswith("__"):
+        name = "p_" + name
+    base, k = name, 1
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    taken.add(name)
+    return name
+
+
+@dataclasses.dataclass(frozen=True)
+class Argument:
+    """One argument of the generated program and where its value comes from."""
+    name: str
+    kind: str                 # "parameter" | "buffer" | "constant" | "input" | "target" | "state" | "lr" | "step"
+    source: str               # state_dict key, input position, or "<param key>:<state key>"
+    shape: Tuple[int, ...]
+    dtype: np.dtype
+
+
+class TorchProgram:
+    """A PyTorch module (or training step) as a DaCe program.
+
+    ``sdfg``: the SDFG (lower and compile it like any other). ``source``: the generated
+    ``@dace.program``. ``arguments(*inputs)``: keyword arguments to call the compiled SDFG with
+    (copies of the parameters, buffers and optimizer state as NumPy arrays, and the inputs).
+    Calling returns the module's outputs (the loss for a training step, as a one-element
+    array; 0-d outputs are one-element arrays). ``state_dict(arguments)``: the arrays back as
+    ``module.state_dict()`` names and torch tensors.
+    """
+
+    def __init__(self, name, source, function, args: List[Argument], outputs: List[Tuple[Tuple[int, ...], np.dtype]],
+                 values: Dict[str, np.ndarray], kernels: Dict[str, str], training: bool):
+        self.name = name
+        self.source = source
+        self.function = function
+        self.args = args
+        self.outputs = outputs
+        self._values = values
+        self.kernels = kernels          # kernel (map label) -> the torch node it comes from
+        self.training = training
+        self._sdfg = None
+
+    @property
+    def sdfg(self):
+        if self._sdfg is None:
+            self._sdfg = _to_sdfg(self.function, self.kernels)
+        return self._sdfg
+
+    @property
+    def inputs(self) -> List[str]:
+        return [a.name for a in self.args if a.kind in ("input", "target")]
+
+    @property
+    def parameters(self) -> Dict[str, str]:
+        """Program array -> ``state_dict`` key, for parameters and buffers."""
+        return {a.name: a.source for a in self.args if a.kind in ("parameter", "buffer")}
+
+    def arguments(self, *inputs, lr: Optional[Sequence[float]] = None) -> Dict[str, np.ndarray]:
+        """Keyword arguments for one call: fresh copies of the module's (and optimizer's) state
+        as captured, plus ``inputs`` (tensors or arrays; a training step takes ``x, y``).
+        ``lr`` overrides the learning rate of each parameter group."""
+        user = [a for a in self.args if a.kind in ("input", "target")]
+        if len(inputs) != len(user):
+            raise TorchFrontendError(f"{self.name} takes {len(user)} inputs ({', '.join(a.name for a in user)}), "
+                                     f"got {len(inputs)}")
+        out = {}
+        for a in self.args:
+            if a.kind in ("input", "target"):
+                v = _to_numpy(inputs[int(a.source)], f"input `{a.name}`")
+                if v.shape != a.shape:
+                    raise TorchFrontendError(f"input `{a.name}` has shape {v.shape}; the program was traced for "
+                                             f"{a.shape} (trace again with inputs of that shape)")
+                out[a.name] = v.astype(a.dtype, copy=False)
+            elif a.kind == "lr" and lr is not None:
+                out[a.name] = np.array([lr[int(a.source)]], dtype=np.float64)
+            else:
+                out[a.name] = self._values[a.name].copy()
+        return out
+
+    def state_dict(self, arguments: Dict[str, np.ndarray]) -> dict:
+        """``{state_dict key: torch.Tensor}`` from the (updated) argument arrays."""
+        torch = _torch()
+        return {a.source: torch.from_numpy(np.array(arguments[a.name]).reshape(a.shape))
+                for a in self.args if a.kind in ("parameter", "buffer")}
+
+    def optimizer_state(self, arguments: Dict[str, np.ndarray]) -> dict:
+        """``{state_dict key: {state name: torch.Tensor}}``: momentum buffers, Adam moments, step."""
+        torch = _torch()
+        out: Dict[str, dict] = {}
+        step = next((arguments[a.name] for a in self.args if a.kind == "step"), None)
+        for a in self.args:
+            if a.kind == "state":
+                key, state = a.source.split(":")
+                out.setdefault(key, {})[state] = torch.from_numpy(np.array(arguments[a.name]))
+                if step is not None:
+                    out[key]["step"] = torch.tensor(float(np.asarray(step).reshape(-1)[0]))
+        return out
+
+    def __str__(self) -> str:
+        ins = ", ".join(f"{a.name}{list(a.shape)}" for a in self.args if a.kind in ("input", "target"))
+        return (f"TorchProgram {self.name}({ins}): {len(self.args)} arrays, {len(self.kernels)} kernels"
+                f"{', training step' if self.training else ''}")
+
+
+# -- capture ----------------------------------------------------------------------------------------
+
+def _meta(node) -> List[Tuple[Tuple[int, ...], np.dtype]]:
+    torch = _torch()
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (tuple, list)) else [val]
+    out = []
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            shape = tuple(int(s) for s in v.shape)
+            out.append((shape, _np_dtype(v.dtype)))
+        else:
+            out.append(((), None))
+    return out
+
+
+def _where(node) -> str:
+    trace = node.meta.get("stack_trace") or ""
+    lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip()]
+    frames = [i for i, ln in enumerate(lines) if ln.startswith("File ")]
+    if frames:
+        i = frames[-1]
+        code = lines[i + 1] if i + 1 < len(lines) else ""
+        return f"{lines[i]}: {code}"
+    mod = node.meta.get("nn_module_stack")
+    if mod:
+        return "module " + " / ".join(str(v[0]) for v in mod.values())
+    return f"graph node `{node.name}`"
+
+
+def _emit_graph(em: Emitter, graph, env: Dict[object, object]) -> List[object]:
+    """Emit every call in ``graph``; ``env`` maps placeholders to Vals. Returns the outputs."""
+    torch = _torch()
+    import operator
+
+    def arg(a):
+        if isinstance(a, torch.fx.Node):
+            return env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(arg(x) for x in a)
+        return a
+
+    outputs = None
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            outputs = arg(node.args[0])
+            continue
+        if node.op != "call_function":
+            raise UnsupportedOpError(f"graph node `{node.name}` ({node.op}) is not a function call")
+        key = "getitem" if node.target is operator.getitem else f"aten.{node.target._opname}.{node.target._overloadname}" \
+            if hasattr(node.target, "_opname") else str(node.target)
+        emit = EMITTERS.get(key)
+        if emit is None:
+            raise UnsupportedOpError(
+                f"ATen operator `{key}` (node `{node.name}`, from {_where(node)}) has no translation in the "
+                f"PyTorch frontend; supported operators are listed in distsdfg.torch_ops.EMITTERS")
+        em.op = key
+        args = arg(node.args)
+        kwargs = {k: arg(v) for k, v in node.kwargs.items()}
+        try:
+            env[node] = emit(em, node.name, _meta(node), list(args), kwargs)
+        except UnsupportedOpError as exc:
+            raise UnsupportedOpError(f"{exc} (ATen operator `{key}`, node `{node.name}`, from {_where(node)})") from None
+    return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+
+def _signature(args: List[Argument]) -> str:
+    parts = []
+    for a in args:
+        parts.append(f"{a.name}: {dace_type(a.dtype)}[{', '.join(str(s) for s in (a.shape or (1,)))}]")
+    return ", ".join(parts)
+
+
+def _assemble(name: str, args: List[Argument], em: Emitter, returns: List[Val]) -> Tuple[str, Dict[int, str]]:
+    header = ["import math", "import dace", "import numpy as np", "", "", "@dace.program",
+              f"def {name}({_signature(args)}):"]
+    body = list(em.lines)
+    if returns:
+        body.append("    return " + ", ".join(v.name for v in returns))
+    else:
+        body.append("    return")
+    offset = len(header) + 1            # line numbers are 1-based
+    kernels = {}
+    for idx, kname in em.map_names.items():
+        kernels[f"{name}_{offset + idx}"] = kname
+    return "\n".join(header + body) + "\n", kernels
+
+
+def _load(name: str, source: str):
+    folder = os.path.join(tempfile.gettempdir(), f"distsdfg_torch_{os.getuid() if hasattr(os, 'getuid') else 0}")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{name}.py")
+    if not os.path.exists(path) or open(path).read() != source:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(f"distsdfg_torch_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, name)
+
+
+def _to_sdfg(function, kernels: Dict[str, str]):
+    """Parse the generated program and name every explicit map after the op it computes."""
+    import dace
+    sdfg = function.to_sdfg()
+    for node, _ in sdfg.all_nodes_recursive():
+        if isinstance(node, dace.nodes.MapEntry):
+            # DaCe labels an explicit map `<module>_<function>_<line>`.
+            hit = next((k for k in kernels if node.map.label.endswith(k)), None)
+            if hit is not None:
+                node.map.label = kernels[hit]
+    return sdfg
+
+
+def _program_name(prefix: str, module, source_key: str) -> str:
+    digest = hashlib.sha1(source_key.encode()).hexdigest()[:10]
+    cls = re.sub(r"\W", "", type(module).__name__) or "module"
+    return f"{prefix}_{cls}_{digest}".lower()
+
+
+def _finish(prefix, module, em, args, returns, values, training) -> TorchProgram:
+    draft, _ = _assemble("program", args, em, returns)
+    name = _program_name(prefix, module, draft)
+    source, kernels = _assemble(name, args, em, returns)
+    function = _load(name, source)
+    outputs = [(v.shape, v.dtype) for v in returns]
+    return TorchProgram(name, source, function, args, outputs, values, dict(kernels), training)
+
+
+def _output_vals(em: Emitter, outs, arg_names) -> List[Val]:
+    returns = []
+    for k, v in enumerate(outs):
+        if not isinstance(v, Val):
+            raise TorchFrontendError(f"output {k} of the module is a {type(v).__name__}, not a tensor")
+        if v.is_const or v.view or v.name in arg_names:
+            v = em.elementwise(f"output_{k}", v.shape, v.dtype, [v], "a0")
+        returns.append(v)
+    return returns
+
+
+def from_torch(module, example_inputs, *, strict: bool = False) -> TorchProgram:
+    """Translate ``module``'s forward for inputs shaped like ``example_inputs`` (a tensor or tuple).
+
+    Parameters and buffers become arrays named after their module paths (``fc1.weight`` ->
+    ``fc1_weight``), inputs after the forward's arguments. Unsupported operators raise
+    ``UnsupportedOpError`` naming the ATen operator and the source line it came from."""
+    torch = _torch()
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    example_inputs = tuple(example_inputs)
+    was_training = module.training
+    try:
+        ep = torch.export.export(module, example_inputs, strict=strict)
+    except Exception as exc:
+        raise TorchFrontendError(f"torch.export could not trace {type(module).__name__}: {exc}") from exc
+    finally:
+        module.train(was_training)
+    ep = ep.run_decompositions(torch.export.default_decompositions())
+    sig = ep.graph_signature
+    for spec in sig.output_specs:
+        if spec.kind.name != "USER_OUTPUT":
+            raise TorchFrontendError(
+                f"{type(module).__name__}.forward updates `{spec.target}` ({spec.kind.name.lower()}), e.g. "
+                f"batch-norm statistics in training mode; call module.eval() or use from_torch_train_step")
+    state = ep.state_dict
+    em = Emitter()
+    env, args, values, taken = {}, [], {}, set()
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    user_pos = 0
+    for spec in sig.input_specs:
+        node = placeholders[spec.arg.name]
+        (shape, dtype), = _meta(node)
+        kind = spec.kind.name
+        if kind == "PARAMETER":
+            name, src, value = array_name(spec.target, taken), spec.target, state[spec.target]
+            akind = "parameter"
+        elif kind == "BUFFER":
+            name, src = array_name(spec.target, taken), spec.target
+            value = state[spec.target] if spec.target in state else ep.constants[spec.target]
+            akind = "buffer" if spec.persistent is not False else "constant"
+        elif kind in ("CONSTANT_TENSOR",):
+            name, src, value, akind = array_name("const_" + spec.target, taken), spec.target, \
+                ep.constants[spec.target], "constant"
+        elif kind == "USER_INPUT":
+            if dtype is None:
+                raise TorchFrontendError(f"input `{spec.arg.name}` is not a tensor; only tensor inputs are supported")
+            name, src, value, akind = array_name(spec.arg.name, taken), str(user_pos), None, "input"
+            user_pos += 1
+        else:
+            raise TorchFrontendError(f"input `{spec.arg.name}` of kind {kind} is not supported")
+        em.reserve(name)
+        args.append(Argument(name, akind, src, shape, dtype))
+        if value is not None:
+            values[name] = _to_numpy(value, name).reshape(shape or (1,))
+        env[node] = Val(name, shape, dtype)
+    outs = _emit_graph(em, ep.graph, env)
+    returns = _output_vals(em, outs, {a.name for a in args})
+    return _finish("torch", module, em, args, returns, values, training=False)
+
+
+# -- training steps ---------------------------------------------------------------------------------
+
+_OPTIMIZERS = ("SGD", "Adam", "AdamW")
+
+
+def _optimizer_groups(optimizer, params: Dict[str, object]) -> Tuple[str, Dict[str, Tuple[int, dict]]]:
+    """``(kind, {param key: (group index, hyper-parameters)})`` for the parameters it updates."""
+    kind = type(optimizer).__name__
+    if kind not in _OPTIMIZERS:
+        raise TorchFrontendError(f"optimizer {kind} is not supported; use one of {', '.join(_OPTIMIZERS)}")
+    by_id = {id(p): k for k, p in params.items()}
+    out = {}
+    for g, group in enumerate(optimizer.param_groups):
+        for p in group["params"]:
+            if id(p) not in by_id:
+                raise TorchFrontendError("the optimizer updates a tensor that is not a parameter of the module")
+            if group.get("differentiable") or group.get("capturable"):
+                raise TorchFrontendError(f"{kind} with differentiable=True or capturable=True is not supported")
+            out[by_id[id(p)]] = (g, group)
+    return kind, out
+
+
+def _update_code(kind: str, h: dict, dtype) -> List[str]:
+    """Tasklet lines of one optimizer step for one element.
+
+    Connectors: ``p`` (parameter in), ``g`` (gradient), ``lr``, ``s`` (step count after this step),
+    ``<state>`` in and ``<state>_out``; writes ``p_out``."""
+    L = lambda v: literal(v, dtype)  # noqa: E731
+    code = ["d = g"]
+    wd = h.get("weight_decay", 0.0)
+    if kind == "AdamW" and wd:
+        code.append(f"q = p * ({L(1)} - lr * {L(wd)})")
+    else:
+        code.append("q = p")
+        if wd:
+            code.append(f"d = d + {L(wd)} * p")
+    if h.get("maximize"):
+        code.append("d = -d")
+    if kind == "SGD":
+        mom, damp = h.get("momentum", 0.0), h.get("dampening", 0.0)
+        if mom:
+            code.append(f"b = (d if s == 1 else {L(mom)} * buf + {L(1 - damp)} * d)")
+            code.append("buf_out = b")
+            code.append(f"d = d + {L(mom)} * b" if h.get("nesterov") else "d = b")
+        code.append("p_out = q - lr * d")
+    else:
+        b1, b2 = h["betas"]
+        eps = h["eps"]
+        code.append(f"m = exp_avg + {L(1 - b1)} * (d - exp_avg)")
+        code.append(f"v = {L(b2)} * exp_avg_sq + {L(1 - b2)} * d * d")
+        code.append("exp_avg_out = m")
+        code.append("exp_avg_sq_out = v")
+        code.append(f"bc1 = 1.0 - {float(b1)!r} ** s")
+        code.append(f"bc2 = 1.0 - {float(b2)!r} ** s")
+        if h.get("amsgrad"):
+            code.append("vm = max(max_exp_avg_sq, v)")
+            code.append("max_exp_avg_sq_out = vm")
+            code.append(f"den = math.sqrt(vm) / math.sqrt(bc2) + {L(eps)}")
+        else:
+            code.append(f"den = math.sqrt(v) / math.sqrt(bc2) + {L(eps)}")
+        code.append("p_out = q - (lr / bc1) * m / den")
+    return code
+
+
+def _states(kind: str, h: dict) -> List[str]:
+    if kind == "SGD":
+        return ["momentum_buffer"] if h.get("momentum", 0.0) else []
+    return ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if h.get("amsgrad") else [])
+
+
+_CONN = {"momentum_buffer": "buf", "exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq", "max_exp_avg_sq": "max_exp_avg_sq"}
+
+
+def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_targets) -> TorchProgram:
+    """One training step (forward, ``loss_fn(module(x), y)``, backward, ``optimizer.step()``) as one program.
+
+    Called with ``arguments(x, y)``, the SDFG updates the parameter and optimizer-state arrays
+    in place and returns the loss (computed before the update, like ``loss.item()`` in a torch
+    loop). Gradients come from PyTorch's autograd (``torch.func.grad_and_value`` traced with
+    ``make_fx`` and decomposed to core ATen). Optimizers: SGD (momentum, dampening, Nesterov,
+    weight decay, maximize), Adam and AdamW (amsgrad, weight decay, maximize)."""
+    torch = _torch()
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x = example_inputs if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    xs = (x,) if isinstance(x, torch.Tensor) else x
+    y = example_targets
+    params = dict(module.named_parameters())
+    trained = {k: p for k, p in params.items() if p.requires_grad}
+    frozen = {k: p for k, p in params.items() if not p.requires_grad}
+    buffers = dict(module.named_buffers())
+    kind, groups = _optimizer_groups(optimizer, trained)
+    keys = list(trained)
+    fkeys, bkeys = list(frozen), list(buffers)
+
+    def step(tp, fp, bufs, xs_, y_):
+        def loss_of(tp_):
+            state = {**dict(zip(keys, tp_)), **dict(zip(fkeys, fp)), **dict(zip(bkeys, bufs))}
+            out = torch.func.functional_call(module, state, xs_)
+            return loss_fn(out, y_)
+        grads, loss = torch.func.grad_and_value(loss_of)(tp)
+        return (loss, *grads)
+
+    detach = lambda d: tuple(v.detach() for v in d.values())  # noqa: E731
+    try:
+        gm = make_fx(step, decomposition_table=torch.export.default_decompositions())(
+            detach(trained), detach(frozen), detach(buffers), tuple(t.detach() for t in xs), y.detach())
+    except Exception as exc:
+        raise TorchFrontendError(f"tracing the training step of {type(module).__name__} failed: {exc}") from exc
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    sources = ([("parameter", k, trained[k]) for k in keys] + [("parameter", k, frozen[k]) for k in fkeys]
+               + [("buffer", k, buffers[k]) for k in bkeys]
+               + [("input", str(i), None) for i in range(len(xs))] + [("target", str(len(xs)), None)])
+    if len(placeholders) != len(sources):
+        raise TorchFrontendError(f"traced {len(placeholders)} inputs, expected {len(sources)}")
+    em = Emitter()
+    env, args, values, taken = {}, [], {}, set()
+    sig = __import__("inspect").signature(module.forward)
+    input_names = [p for p in sig.parameters][:len(xs)]
+    for node, (akind, src, tensor) in zip(placeholders, sources):
+        (shape, dtype), = _meta(node)
+        if akind in ("parameter", "buffer"):
+            name = array_name(src, taken)
+            values[name] = _to_numpy(tensor, src).reshape(shape or (1,))
+        else:
+            base = input_names[int(src)] if akind == "input" and int(src) < len(input_names) else \
+                ("target" if akind == "target" else f"input{src}")
+            name = array_name(base, taken)
+        em.reserve(name)
+        args.append(Argument(name, akind, src, shape, dtype))
+        env[node] = Val(name, shape, dtype)
+    outs = _emit_graph(em, gm.graph, env)
+    loss, grads = outs[0], outs[1:]
+    loss_out = _output_vals(em, [loss], {a.name for a in args})
+
+    # Optimizer: a step counter, one learning rate per group, then one update kernel per parameter.
+    step_arg = Argument(array_name("optim_step", taken), "step", "step", (1,), np.dtype(np.float64))
+    args.append(step_arg)
+    first_state = optimizer.state.get(next(iter(trained.values()), None), {}) if trained else {}
+    values[step_arg.name] = np.array([float(first_state.get("step", 0.0))], dtype=np.float64)
+    lr_args = {}
+    for g, group in enumerate(optimizer.param_groups):
+        a = Argument(array_name(f"optim_lr_{g}", taken), "lr", str(g), (1,), np.dtype(np.float64))
+        args.append(a)
+        values[a.name] = np.array([float(group["lr"])], dtype=np.float64)
+        lr_args[g] = a.name
+    em.kernel("optim_step", (1,), [("c", step_arg.name, "0")], [("c_out", step_arg.name, "0")], "c_out = c + 1.0")
+    for key, grad in zip(keys, grads):
+        if key not in groups:
+            continue
+        g, h = groups[key]
+        p = next(a for a in args if a.kind == "parameter" and a.source == key)
+        grad = em.materialize(grad, f"grad_{p.name}")
+        if grad.dtype != p.dtype:
+            grad = em.elementwise(f"grad_{p.name}_cast", p.shape, p.dtype, [grad], "a0")
+        full = ", ".join(f"i{d}" for d in range(len(p.shape or (1,))))
+        reads = [("p", p.name, full), ("g", grad.name, full), ("lr", lr_args[g], "0"), ("s", step_arg.name, "0")]
+        writes = [("p_out", p.name, full)]
+        opt_state = optimizer.state.get(trained[key], {})
+        for st in _states(kind, h):
+            sa = Argument(array_name(f"{p.name}__{st}", taken), "state", f"{key}:{st}", p.shape, p.dtype)
+            args.append(sa)
+            init = opt_state.get(st)
+            values[sa.name] = (_to_numpy(init, sa.name).reshape(p.shape or (1,)) if init is not None
+                               else np.zeros(p.shape or (1,), dtype=p.dtype))
+            reads.append((_CONN[st], sa.name, full))
+            writes.append((_CONN[st] + "_out", sa.name, full))
+        code = _update_code(kind, h, p.dtype)
+        em.kernel(f"{kind.lower()}_{p.name}", p.shape, reads, writes, "\n".join(code))
+    return _finish("torchstep", module, em, args, loss_out, values, training=True)

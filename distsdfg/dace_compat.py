@@ -357,3 +357,18 @@ class allow_view_arguments:
     def __exit__(self, *exc):
         from dace.config import Config
         Config.set("compiler", "allow_view_arguments", value=self.old)
+
+
+def order_return_arrays(sdfg: SDFG) -> None:
+    """Zero-pad ``__return_<k>`` names so that DaCe 1.0.2, which returns a tuple in the sorted
+    order of those names, returns ``__return_10`` after ``__return_9`` (not after ``__return_1``)."""
+    import re
+    found = {int(m.group(1)): name for name in list(sdfg.arrays)
+             if (m := re.fullmatch(r"__return_(\d+)", name))}
+    if len(found) <= 10:
+        return
+    width = len(str(max(found)))
+    for k, name in sorted(found.items()):
+        new = f"__return_{k:0{width}d}"
+        if new != name:
+            rename_data(sdfg, name, new)

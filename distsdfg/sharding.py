@@ -2,13 +2,16 @@
 
 ``schedule_from_shardings(sdfg, {"x": (4, 1)})`` is the data-parallel schedule of a network
 whose input ``x`` has the batch first; ``{"fc1_weight": (4, 1), "fc2_weight": (1, 4)}`` is
-Megatron's column- then row-parallel MLP. The shardings are propagated along the program's
+Megatron's column- then row-parallel MLP. A key that names a kernel (map key or label)
+instead of an array fixes that kernel's grid, e.g. ``"sgd_fc1_weight": (4, 1)`` to split an
+optimizer update under a batch sharding. The shardings are propagated along the program's
 EinGraph (``eingraph.build_graph``) in program order: a kernel splits each of its map
 parameters as the first operand that has a split dimension indexed by that parameter says
 (annotated arrays first, then the kernel's other inputs in order, then its outputs), as long
 as the kernel's grid stays within ``nprocs`` ranks and a library node's reduction axes split
 evenly; its outputs then carry the kernel's split to later kernels (through reshape views
-too). Kernels that touch no split array keep a grid of ones (rank 0). This is sharding
+too). A backward pass then lets a kernel that touches no split array compute its output the
+way its next reader reads it. Kernels reached by neither keep a grid of ones (rank 0). This is sharding
 propagation as GSPMD does it, but it yields a *work* schedule: the lowering still derives and
 solves every array's communication from it.
 """
@@ -60,7 +63,8 @@ def reshape_split(shape: Sequence[int], split: Split, new_shape: Sequence[int]) 
         ways = [split[d] for d in ga if d < len(split)]
         if not gb or not ways or all(w == 1 for w in ways):
             continue
-        if ways[0] > 1 and all(w == 1 for w in ways[1:]) and new_shape[gb[0]] % ways[0] == 0:
+        if (ways[0] > 1 and all(w == 1 for w in ways[1:]) and shape[ga[0]] % ways[0] == 0
+                and new_shape[gb[0]] % ways[0] == 0):     # equal contiguous chunks on both sides
             out[gb[0]] = ways[0]
     return tuple(out)
 
@@ -79,10 +83,15 @@ def schedule_from_shardings(sdfg: SDFG, shardings: Mapping[str, Sequence[int]], 
         for o in v.inputs + v.outputs:
             shapes.setdefault(o.array, o.shape)
     splits: Dict[str, Split] = {}
+    fixed = {}
+    kernel_names = {n for v in g.vertices for n in (v.key, v.label)}
     for arr, ways in shardings.items():
         ways = tuple(int(w) for w in ways)
+        if arr not in sdfg.arrays and arr in kernel_names:
+            fixed[arr] = ways
+            continue
         if arr not in sdfg.arrays:
-            raise ScheduleError(f"sharding names array `{arr}`, which the SDFG does not have "
+            raise ScheduleError(f"sharding names `{arr}`, which is neither an array nor a kernel of the SDFG "
                                 f"(arrays: {', '.join(sorted(a for a in sdfg.arrays if not sdfg.arrays[a].transient))})")
         ndim = len(sdfg.arrays[arr].shape)
         if len(ways) != ndim or any(w < 1 for w in ways):
@@ -90,7 +99,7 @@ def schedule_from_shardings(sdfg: SDFG, shardings: Mapping[str, Sequence[int]], 
                                 f"({ndim} for shape {tuple(sdfg.arrays[arr].shape)})")
         splits[root(arr)] = ways if root(arr) == arr else reshape_split(shapes.get(arr, ()), ways,
                                                                           shapes.get(root(arr), ()))
-    limit = nprocs or max((math.prod(w) for w in splits.values()), default=1)
+    limit = nprocs or max((math.prod(w) for w in [*splits.values(), *fixed.values()]), default=1)
     annotated = {root(a) for a in shardings}
 
     def split_of(o: Operand) -> Split:
@@ -100,24 +109,57 @@ def schedule_from_shardings(sdfg: SDFG, shardings: Mapping[str, Sequence[int]], 
             return tuple(1 for _ in o.shape)
         return s if r == o.array else reshape_split(shapes.get(r, o.shape), s, o.shape)
 
-    grids: Dict[str, Tuple[int, ...]] = {}
+    def adopt(v, grid: Dict[str, int], o: Operand, split: Split) -> None:
+        """Split ``v``'s parameters the way ``split`` splits operand ``o``, where it fits."""
+        for label, ways in zip(o.labels, split):
+            if ways == 1 or label is None or grid[label] != 1:
+                continue
+            bound = v.bound(label)
+            if bound < ways or math.prod(grid.values()) * ways > limit:
+                continue
+            if label in v.even and bound % ways:
+                continue
+            grid[label] = ways
+
+    def seen_by(v, grid, o: Operand) -> Split:
+        return tuple(grid.get(l, 1) if l is not None else 1 for l in o.labels)
+
+    # Forward: kernels take their operands' splits; outputs carry the kernel's split on.
+    chosen: Dict[int, Dict[str, int]] = {}
     for v in g.vertices:
         grid = {l: 1 for l in v.labels}
-        ordered = sorted(v.inputs, key=lambda o: root(o.array) not in annotated) + list(v.outputs)
-        for o in ordered:
-            for d, (label, ways) in enumerate(zip(o.labels, split_of(o))):
-                if ways == 1 or label is None or grid[label] != 1:
-                    continue
-                bound = v.bound(label)
-                if bound < ways or math.prod(grid.values()) * ways > limit:
-                    continue
-                if label in v.even and bound % ways:
-                    continue
-                grid[label] = ways
+        given = fixed.get(v.key, fixed.get(v.label))
+        if given is not None:
+            if len(given) != len(v.labels):
+                raise ScheduleError(f"kernel `{v.key}` has {len(v.labels)} parameters {v.labels}; its grid "
+                                    f"{given} has {len(given)} entries")
+            grid = dict(zip(v.labels, given))
+        else:
+            for o in sorted(v.inputs, key=lambda o: root(o.array) not in annotated) + list(v.outputs):
+                adopt(v, grid, o, split_of(o))
         for o in v.outputs:
-            s = tuple(grid.get(l, 1) if l is not None else 1 for l in o.labels)
+            s = seen_by(v, grid, o)
             r = root(o.array)
             splits[r] = s if r == o.array else reshape_split(o.shape, s, shapes.get(r, o.shape))
-        if any(w > 1 for w in grid.values()):
-            grids[v.key] = tuple(grid[l] for l in v.labels)
+        chosen[v.index] = grid
+
+    # Backward: a kernel still on rank 0 whose output the next reader reads split (an optimizer
+    # update splitting a transposed gradient) computes that split itself instead.
+    demand: Dict[str, Tuple[Operand, Split]] = {}
+    for v in reversed(g.vertices):
+        grid = chosen[v.index]
+        if all(w == 1 for w in grid.values()) and v.key not in fixed and v.label not in fixed:
+            for o in v.outputs:
+                want = demand.get(root(o.array))
+                if want is not None and want[0].shape == o.shape:
+                    adopt(v, grid, o, want[1])
+        for o in v.outputs:
+            demand.pop(root(o.array), None)
+        for o in v.inputs:
+            s = seen_by(v, grid, o)
+            if any(w > 1 for w in s):
+                demand[root(o.array)] = (o, s)
+
+    grids = {v.key: tuple(chosen[v.index][l] for l in v.labels) for v in g.vertices
+             if any(w > 1 for w in chosen[v.index].values())}
     return Schedule.of(grids, sdfg=sdfg.name)

@@ -60,7 +60,9 @@ def _to_numpy(value, what: str) -> np.ndarray:
 def array_name(path: str, taken: set) -> str:
     """A program argument name for a module path (``fc1.weight`` -> ``fc1_weight``)."""
     name = re.sub(r"\W", "_", path)
-    if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("v_") or name.startswith("__"):
+    # "v_*" are the program's temporaries, "_*" tasklet connectors, "i<k>" map parameters.
+    if (not name.isidentifier() or keyword.iskeyword(name) or name.startswith(("v_", "_"))
+            or re.fullmatch(r"i\d+", name)):
         name = "p_" + name
     base, k = name, 1
     while name in taken:
@@ -91,7 +93,8 @@ class TorchProgram:
     """
 
     def __init__(self, name, source, function, args: List[Argument], outputs: List[Tuple[Tuple[int, ...], np.dtype]],
-                 values: Dict[str, np.ndarray], kernels: Dict[str, str], training: bool):
+                 values: Dict[str, np.ndarray], kernels: Dict[str, str], training: bool,
+                 bounds: Optional[Dict[str, Tuple[int, Tuple[int, ...]]]] = None):
         self.name = name
         self.source = source
         self.function = function
@@ -100,6 +103,7 @@ class TorchProgram:
         self._values = values
         self.kernels = kernels          # kernel (map label) -> the torch node it comes from
         self.training = training
+        self.bounds = dict(bounds or {})   # integer input -> (rows it indexes, other values allowed)
         self._sdfg = None
 
     @property
@@ -133,11 +137,22 @@ class TorchProgram:
                     raise TorchFrontendError(f"input `{a.name}` has shape {v.shape}; the program was traced for "
                                              f"{a.shape} (trace again with inputs of that shape)")
                 out[a.name] = v.astype(a.dtype, copy=False)
+                if a.name in self.bounds:
+                    self._check_indices(a.name, out[a.name])
             elif a.kind == "lr" and lr is not None:
                 out[a.name] = np.array([lr[int(a.source)]], dtype=np.float64)
             else:
                 out[a.name] = self._values[a.name].copy()
         return out
+
+    def _check_indices(self, name: str, v: np.ndarray) -> None:
+        rows, allowed = self.bounds[name]
+        bad = ~(((v >= 0) & (v < rows)) | np.isin(v, allowed))
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise TorchFrontendError(
+                f"input `{name}` holds {v[where]} at {where}, but it indexes {rows} rows (valid: 0..{rows - 1}"
+                f"{'' if not allowed else ' or ' + ', '.join(map(str, allowed))})")
 
     def state_dict(self, arguments: Dict[str, np.ndarray]) -> dict:
         """``{state_dict key: torch.Tensor}`` from the (updated) argument arrays."""
@@ -215,8 +230,7 @@ def _emit_graph(em: Emitter, graph, env: Dict[object, object]) -> List[object]:
             continue
         if node.op != "call_function":
             raise UnsupportedOpError(f"graph node `{node.name}` ({node.op}) is not a function call")
-        key = "getitem" if node.target is operator.getitem else f"aten.{node.target._opname}.{node.target._overloadname}" \
-            if hasattr(node.target, "_opname") else str(node.target)
+        key = "getitem" if node.target is operator.getitem else _op_key(node)
         emit = EMITTERS.get(key)
         if emit is None:
             raise UnsupportedOpError(
@@ -230,6 +244,44 @@ def _emit_graph(em: Emitter, graph, env: Dict[object, object]) -> List[object]:
         except UnsupportedOpError as exc:
             raise UnsupportedOpError(f"{exc} (ATen operator `{key}`, node `{node.name}`, from {_where(node)})") from None
     return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+
+_INDEXING = {"aten.embedding.default": (1, lambda n: n.args[0].meta["val"].shape[0]),
+             "aten.gather.default": (2, lambda n: n.args[0].meta["val"].shape[n.args[1]]),
+             "aten.scatter.value": (2, lambda n: n.args[0].meta["val"].shape[n.args[1]])}
+
+
+def _op_key(node) -> str:
+    t = node.target
+    return f"aten.{t._opname}.{t._overloadname}" if hasattr(t, "_opname") else str(t)
+
+
+def index_bounds(graph, names: Dict[object, str]) -> Dict[str, Tuple[int, Tuple[int, ...]]]:
+    """Inputs that end up as indices: ``{argument: (rows, values allowed besides 0..rows-1)}``.
+
+    An index reaches an embedding or gather through any chain of operators; values an input is
+    compared against on the way (cross-entropy's ``ignore_index``) are allowed too."""
+    torch = _torch()
+    out: Dict[str, Tuple[int, Tuple[int, ...]]] = {}
+    for node in graph.nodes:
+        spec = _INDEXING.get(_op_key(node)) if node.op == "call_function" else None
+        if spec is None:
+            continue
+        rows = int(spec[1](node))
+        seen, todo = set(), [node.args[spec[0]]]
+        while todo:
+            n = todo.pop()
+            if not isinstance(n, torch.fx.Node) or n in seen:
+                continue
+            seen.add(n)
+            if n.op == "placeholder" and n in names:
+                allowed = {int(u.args[1]) for u in n.users if _op_key(u) in ("aten.ne.Scalar", "aten.eq.Scalar")
+                           and isinstance(u.args[1], int)}
+                old = out.get(names[n])
+                rows_n = min(rows, old[0]) if old else rows
+                out[names[n]] = (rows_n, tuple(sorted(allowed | set(old[1] if old else ()))))
+            todo.extend(n.all_input_nodes)
+    return out
 
 
 def _signature(args: List[Argument]) -> str:
@@ -272,7 +324,9 @@ def _load(name: str, source: str):
 def _to_sdfg(function, kernels: Dict[str, str]):
     """Parse the generated program and name every explicit map after the op it computes."""
     import dace
+    from . import dace_compat as dc
     sdfg = function.to_sdfg()
+    dc.order_return_arrays(sdfg)
     for node, _ in sdfg.all_nodes_recursive():
         if isinstance(node, dace.nodes.MapEntry):
             # DaCe labels an explicit map `<module>_<function>_<line>`.
@@ -288,13 +342,13 @@ def _program_name(prefix: str, module, source_key: str) -> str:
     return f"{prefix}_{cls}_{digest}".lower()
 
 
-def _finish(prefix, module, em, args, returns, values, training) -> TorchProgram:
+def _finish(prefix, module, em, args, returns, values, training, bounds) -> TorchProgram:
     draft, _ = _assemble("program", args, em, returns)
     name = _program_name(prefix, module, draft)
     source, kernels = _assemble(name, args, em, returns)
     function = _load(name, source)
     outputs = [(v.shape, v.dtype) for v in returns]
-    return TorchProgram(name, source, function, args, outputs, values, dict(kernels), training)
+    return TorchProgram(name, source, function, args, outputs, values, dict(kernels), training, bounds)
 
 
 def _output_vals(em: Emitter, outs, arg_names) -> List[Val]:
@@ -318,13 +372,10 @@ def from_torch(module, example_inputs, *, strict: bool = False) -> TorchProgram:
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     example_inputs = tuple(example_inputs)
-    was_training = module.training
     try:
         ep = torch.export.export(module, example_inputs, strict=strict)
     except Exception as exc:
         raise TorchFrontendError(f"torch.export could not trace {type(module).__name__}: {exc}") from exc
-    finally:
-        module.train(was_training)
     ep = ep.run_decompositions(torch.export.default_decompositions())
     sig = ep.graph_signature
     for spec in sig.output_specs:
@@ -365,7 +416,8 @@ def from_torch(module, example_inputs, *, strict: bool = False) -> TorchProgram:
         env[node] = Val(name, shape, dtype)
     outs = _emit_graph(em, ep.graph, env)
     returns = _output_vals(em, outs, {a.name for a in args})
-    return _finish("torch", module, em, args, returns, values, training=False)
+    names = {node: env[node].name for node in env if node.op == "placeholder"}
+    return _finish("torch", module, em, args, returns, values, False, index_bounds(ep.graph, names))
 
 
 # -- training steps ---------------------------------------------------------------------------------
@@ -439,6 +491,20 @@ def _states(kind: str, h: dict) -> List[str]:
 
 
 _CONN = {"momentum_buffer": "buf", "exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq", "max_exp_avg_sq": "max_exp_avg_sq"}
+_CONN_NAMES = tuple(_CONN.values())
+
+
+_NAMES = ("p", "g", "lr", "s", "d", "q", "b", "m", "v", "vm", "bc1", "bc2", "den", *_CONN_NAMES)
+
+
+def _private(conns):
+    """Connector names as the update code writes them, made private (``p`` -> ``_p``)."""
+    return [("_" + c, arr, sub) for c, arr, sub in conns]
+
+
+def _private_code(lines: List[str]) -> str:
+    pattern = re.compile(r"\b(" + "|".join(sorted(_NAMES, key=len, reverse=True)) + r")(_out)?\b")
+    return "\n".join(pattern.sub(lambda m: "_" + m.group(0), ln) for ln in lines)
 
 
 def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_targets) -> TorchProgram:
@@ -515,7 +581,7 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
         args.append(a)
         values[a.name] = np.array([float(group["lr"])], dtype=np.float64)
         lr_args[g] = a.name
-    em.kernel("optim_step", (1,), [("c", step_arg.name, "0")], [("c_out", step_arg.name, "0")], "c_out = c + 1.0")
+    em.kernel("optim_step", (1,), [("_c", step_arg.name, "0")], [("_c_out", step_arg.name, "0")], "_c_out = _c + 1.0")
     for key, grad in zip(keys, grads):
         if key not in groups:
             continue
@@ -537,5 +603,6 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
             reads.append((_CONN[st], sa.name, full))
             writes.append((_CONN[st] + "_out", sa.name, full))
         code = _update_code(kind, h, p.dtype)
-        em.kernel(f"{kind.lower()}_{p.name}", p.shape, reads, writes, "\n".join(code))
-    return _finish("torchstep", module, em, args, loss_out, values, training=True)
+        em.kernel(f"{kind.lower()}_{p.name}", p.shape, _private(reads), _private(writes), _private_code(code))
+    names = {node: env[node].name for node in placeholders}
+    return _finish("torchstep", module, em, args, loss_out, values, True, index_bounds(gm.graph, names))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -144,18 +145,18 @@ class Emitter:
         reads = []
         like = next((v.dtype for v in ins if isinstance(v, Val)), np.dtype(dtype))
         ins = [v if isinstance(v, Val) else Val(None, (), like, v) for v in ins]
+        expr = re.sub(r"\ba(\d+)\b", r"_a\1", expr)     # connectors start with "_": never an array name
         for k, v in enumerate(ins):
-            token = f"a{k}"
+            token = f"_a{k}"
             if v.is_const:
                 expr = _replace_token(expr, token, literal(v.const, v.dtype))
             else:
                 reads.append((token, v.name, broadcast_index(v.shape, shape)))
-        self.kernel(out.name[2:], shape, reads, [("o", out.name, broadcast_index(shape, shape))], f"o = {expr}")
+        self.kernel(out.name[2:], shape, reads, [("_o", out.name, broadcast_index(shape, shape))], f"_o = {expr}")
         return out
 
 
 def _replace_token(expr: str, token: str, text: str) -> str:
-    import re
     return re.sub(rf"\b{token}\b", text, expr)
 
 
@@ -305,8 +306,8 @@ def _permute(em, name, meta, args, kwargs):
     idx = [""] * len(perm)
     for d, p in enumerate(perm):
         idx[p] = f"i{d}"
-    em.kernel(out.name[2:], shape, [("a", src.name, ", ".join(idx))],
-              [("o", out.name, ", ".join(f"i{d}" for d in range(len(shape))))], "o = a")
+    em.kernel(out.name[2:], shape, [("_a", src.name, ", ".join(idx))],
+              [("_o", out.name, ", ".join(f"i{d}" for d in range(len(shape))))], "_o = _a")
     return out
 
 
@@ -328,8 +329,8 @@ def _slice_kernel(em, name, shape, dtype, src: Val, starts, steps) -> Val:
     out = em.empty(name, shape, dtype)
     idx = ", ".join(f"{st} + {sp} * i{d}" if (st, sp) != (0, 1) else f"i{d}"
                     for d, (st, sp) in enumerate(zip(starts, steps)))
-    em.kernel(out.name[2:], shape, [("a", em.materialize(src, name + "_src").name, idx)],
-              [("o", out.name, ", ".join(f"i{d}" for d in range(len(shape))))], "o = a")
+    em.kernel(out.name[2:], shape, [("_a", em.materialize(src, name + "_src").name, idx)],
+              [("_o", out.name, ", ".join(f"i{d}" for d in range(len(shape))))], "_o = _a")
     return out
 
 
@@ -367,8 +368,8 @@ def _select(em, name, meta, args, kwargs):
         else:
             idx.append(f"i{k}")
             k += 1
-    em.kernel(out.name[2:], shape, [("a", em.materialize(src, name + "_src").name, ", ".join(idx))],
-              [("o", out.name, broadcast_index(shape, shape))], "o = a")
+    em.kernel(out.name[2:], shape, [("_a", em.materialize(src, name + "_src").name, ", ".join(idx))],
+              [("_o", out.name, broadcast_index(shape, shape))], "_o = _a")
     return out
 
 
@@ -394,8 +395,8 @@ def _cat(em, name, meta, args, kwargs):
     for k, p in enumerate(parts):
         src = em.materialize(p, f"{name}_in{k}")
         oidx = ", ".join(f"{off} + i{d}" if d == dim and off else f"i{d}" for d in range(len(shape)))
-        em.kernel(f"{out.name[2:]}_part{k}", p.shape, [("a", src.name, ", ".join(f"i{d}" for d in range(len(shape))))],
-                  [("o", out.name, oidx)], "o = a")
+        em.kernel(f"{out.name[2:]}_part{k}", p.shape, [("_a", src.name, ", ".join(f"i{d}" for d in range(len(shape))))],
+                  [("_o", out.name, oidx)], "_o = _a")
         off += p.shape[dim]
     return out
 
@@ -549,8 +550,8 @@ def _embedding(em, name, meta, args, kwargs):
     nd = len(shape)
     rows = weight.shape[0]
     iidx = ", ".join(f"i{d}" for d in range(nd - 1)) if nd > 1 else "0"
-    em.kernel(out.name[2:], shape, [("t", idx.name, iidx), ("w", weight.name, f"0:{rows}, i{nd - 1}")],
-              [("o", out.name, ", ".join(f"i{d}" for d in range(nd)))], f"o = w[{_clamped('t', rows, idx.dtype)}]")
+    em.kernel(out.name[2:], shape, [("_t", idx.name, iidx), ("_w", weight.name, f"0:{rows}, i{nd - 1}")],
+              [("_o", out.name, ", ".join(f"i{d}" for d in range(nd)))], f"_o = _w[{_clamped('_t', rows, idx.dtype)}]")
     return out
 
 
@@ -561,8 +562,8 @@ def _gather(em, name, meta, args, kwargs):
     dim %= nd
     out = em.empty(name, shape, dtype)
     sub = ", ".join(f"0:{src.shape[d]}" if d == dim else f"i{d}" for d in range(nd))
-    em.kernel(out.name[2:], shape, [("t", index.name, broadcast_index(shape, shape)), ("w", src.name, sub)],
-              [("o", out.name, broadcast_index(shape, shape))], f"o = w[{_clamped('t', src.shape[dim], index.dtype)}]")
+    em.kernel(out.name[2:], shape, [("_t", index.name, broadcast_index(shape, shape)), ("_w", src.name, sub)],
+              [("_o", out.name, broadcast_index(shape, shape))], f"_o = _w[{_clamped('_t', src.shape[dim], index.dtype)}]")
     return out
 
 
@@ -574,14 +575,14 @@ def _scatter_value(em, name, meta, args, kwargs):
             f"scatter(value) with an index of shape {index.shape} into {tuple(shape)} along dim {dim}: only "
             f"one index per row (the shape of one-hot targets) is supported")
     out = em.empty(name, shape, dtype)
-    reads = [("t", index.name, ", ".join("0" if d == dim else f"i{d}" for d in range(len(shape))))]
-    keep = "a"
+    reads = [("_t", index.name, ", ".join("0" if d == dim else f"i{d}" for d in range(len(shape))))]
+    keep = "_a"
     if src.is_const:
         keep = literal(src.const, dtype)
     else:
-        reads.append(("a", src.name, broadcast_index(src.shape, shape)))
-    em.kernel(out.name[2:], shape, reads, [("o", out.name, broadcast_index(shape, shape))],
-              f"o = ({literal(value, dtype)} if i{dim} == t else {keep})")
+        reads.append(("_a", src.name, broadcast_index(src.shape, shape)))
+    em.kernel(out.name[2:], shape, reads, [("_o", out.name, broadcast_index(shape, shape))],
+              f"_o = ({literal(value, dtype)} if i{dim} == _t else {keep})")
     return out
 
 

@@ -74,6 +74,8 @@ SHARDINGS = {
     "data": {"x": (4, 1), "target": (4,)},
     "data3": {"x": (4, 1, 1)},
     "megatron": {"fc1_weight": (4, 1), "fc2_weight": (1, 4)},
+    "zero": {"x": (4, 1), "target": (4,), "sgd_fc1_weight": (4, 1), "sgd_fc1_bias": (4,), "sgd_fc2_weight": (4, 1),
+             "sgd_fc2_bias": (4,)},
     "heads": {"q_weight": (4, 1), "k_weight": (4, 1), "v_weight": (4, 1), "proj_weight": (1, 4),
               "fc1_weight": (4, 1), "fc2_weight": (1, 4)},
 }
@@ -108,7 +110,8 @@ def run_case(case: str, comm) -> dict:
         opt = _optimizer(mode.split("-")[1], model.parameters())
         prog = from_torch_train_step(model, torch.nn.CrossEntropyLoss(), opt, (x,), y)
     sdfg = prog.sdfg
-    shardings = {k: v for k, v in shardings.items() if k in sdfg.arrays}
+    kernels = {m.label for m in distsdfg.maps(sdfg)}
+    shardings = {k: v for k, v in shardings.items() if k in sdfg.arrays or k in kernels}
     sched = distsdfg.schedule_from_shardings(sdfg, shardings, nprocs=comm.size)
     distsdfg.lower(sdfg, sched)
     report = distsdfg.comm_report(sdfg, nprocs=comm.size)

@@ -1,0 +1,253 @@
+"""PyTorch frontend (issue 7): modules and training steps as DaCe programs, against PyTorch.
+
+Unit tier (no compile): the op table's refusals, sharding propagation to schedules.
+Single process: every supported operator (grouped into three compiled programs, one
+assertion per operator), an MLP and a transformer block forward, three SGD and Adam steps.
+mpiexec tier: the MLP and the block on 4 ranks, data-parallel and Megatron / head-parallel,
+forward and three SGD steps (``distsdfg/testing/torch_run.py``). Float32, relative error
+at most 1e-5.
+"""
+import copy
+import json
+import math
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+import distsdfg  # noqa: E402
+from distsdfg.launch import mpiexec_argv  # noqa: E402
+from distsdfg.sharding import reshape_split  # noqa: E402
+from distsdfg.testing.torch_run import block, mlp  # noqa: E402
+from distsdfg.torch_ops import UnsupportedOpError  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOL = 1e-5
+
+
+def _rel(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+def _run(module, inputs):
+    prog = distsdfg.from_torch(module, inputs)
+    out = prog.sdfg(**prog.arguments(*inputs))
+    return prog, out if isinstance(out, tuple) else (out,)
+
+
+# -- operator coverage: three programs, one assertion per operator ---------------------------------
+
+class Elementwise(nn.Module):
+    OPS = ["add", "sub", "mul", "div", "relu", "gelu", "gelu_tanh", "tanh", "sigmoid", "exp", "log", "softmax",
+           "log_softmax", "mean", "sum", "amax", "view", "reshape", "permute", "transpose", "unsqueeze", "expand"]
+
+    def forward(self, a, b, c):
+        return (a + b, a - c, a * b * 2.0, a / (c + 3.0), torch.relu(a), F.gelu(a), F.gelu(a, approximate="tanh"),
+                torch.tanh(a), torch.sigmoid(a), torch.exp(a), torch.log(a * a + 1.0), torch.softmax(a, dim=-1),
+                torch.log_softmax(a, dim=0), a.mean(dim=1), a.sum(dim=0, keepdim=True), a.amax(dim=1),
+                a.view(6, 4) + 1.0, a.reshape(2, 12) * c.reshape(2, 2).sum(), a.permute(1, 0) + 0.0,
+                a.transpose(0, 1) * 1.0, a.unsqueeze(1) * b, a.unsqueeze(1).expand(4, 3, 6) + 0.0)
+
+
+class Products(nn.Module):
+    OPS = ["linear", "addmm", "mm", "bmm", "matmul", "einsum"]
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 5)
+
+    def forward(self, x, y, z, w):
+        return (self.lin(x), torch.addmm(w, x, y, beta=0.5, alpha=2.0), torch.mm(x, y), torch.bmm(z, z.transpose(1, 2)),
+                torch.matmul(z, y), torch.einsum("bij,bkj->bik", z, z))
+
+
+class Layers(nn.Module):
+    OPS = ["layer_norm", "embedding", "cross_entropy", "mse_loss"]
+
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(6)
+        self.emb = nn.Embedding(10, 6)
+        with torch.no_grad():
+            self.ln.weight.uniform_(0.5, 1.5)
+            self.ln.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x, tok, cls, target):
+        return (self.ln(x), self.emb(tok), F.cross_entropy(x, cls), F.mse_loss(x, target))
+
+
+def _inputs(kind):
+    g = torch.Generator().manual_seed(7)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    if kind == "Elementwise":
+        return r(4, 6), r(6), r(4, 1)
+    if kind == "Products":
+        return r(4, 6), r(6, 5), r(3, 4, 6), r(4, 5)
+    return r(4, 6), torch.randint(0, 10, (2, 3), generator=g), torch.randint(0, 6, (4,), generator=g), r(4, 6)
+
+
+_GROUPS = {"Elementwise": Elementwise, "Products": Products, "Layers": Layers}
+_CACHE = {}
+
+
+def _group(kind):
+    if kind not in _CACHE:
+        torch.manual_seed(3)
+        module = _GROUPS[kind]()
+        inputs = _inputs(kind)
+        _, out = _run(module, inputs)
+        ref = module(*inputs)
+        _CACHE[kind] = (out, [t.detach().numpy() for t in ref])
+    return _CACHE[kind]
+
+
+@pytest.mark.parametrize("kind,index,op", [(k, i, op) for k, cls in _GROUPS.items() for i, op in enumerate(cls.OPS)])
+def test_operator_matches_pytorch(kind, index, op):
+    out, ref = _group(kind)
+    got = np.asarray(out[index]).reshape(ref[index].shape) if ref[index].ndim == 0 else out[index]
+    assert _rel(got, ref[index]) <= TOL, op
+
+
+def test_unsupported_operator_names_op_and_source_line():
+    class Cum(nn.Module):
+        def forward(self, x):
+            return torch.cumsum(x, dim=0) + 1.0
+    with pytest.raises(UnsupportedOpError) as info:
+        distsdfg.from_torch(Cum(), (torch.randn(4, 3),))
+    msg = str(info.value)
+    assert "aten.cumsum" in msg and "test_torch.py" in msg and "torch.cumsum(x, dim=0)" in msg
+
+
+def test_program_interface():
+    model = mlp()
+    x = torch.randn(16, 32)
+    prog = distsdfg.from_torch(model, (x,))
+    assert prog.parameters == {"fc1_weight": "fc1.weight", "fc1_bias": "fc1.bias", "fc2_weight": "fc2.weight",
+                               "fc2_bias": "fc2.bias"}
+    assert prog.inputs == ["x"]
+    args = prog.arguments(x)
+    assert set(args) == {"fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias", "x"}
+    back = prog.state_dict(args)
+    for k, v in model.state_dict().items():
+        assert torch.equal(back[k], v)
+    assert "relu" in {m.label for m in distsdfg.maps(prog.sdfg)}      # kernels are named after the ops
+    with pytest.raises(distsdfg.DistributedLoweringError, match="shape"):
+        prog.arguments(torch.randn(8, 32))
+
+
+# -- sharding propagation (no compile) ------------------------------------------------------------
+
+def test_reshape_split():
+    assert reshape_split((8, 32), (1, 4), (8, 4, 8)) == (1, 4, 1)      # features split -> heads split
+    assert reshape_split((4, 8, 32), (4, 1, 1), (32, 32)) == (4, 1)     # batch split survives a merge
+    assert reshape_split((2, 4, 8), (1, 4, 1), (8, 8)) == (1, 1)        # a merge would cut the split: dropped
+    assert reshape_split((6, 4), (2, 1), (4, 6)) == (2, 1)             # same contiguous halves
+    assert reshape_split((6, 4), (4, 1), (4, 6)) == (1, 1)             # uneven: blocks would differ
+
+
+def test_schedule_from_shardings_mlp():
+    prog = distsdfg.from_torch(mlp(), (torch.randn(16, 32),))
+    sdfg = prog.sdfg
+    data = distsdfg.schedule_from_shardings(sdfg, {"x": (4, 1)}).as_dict()
+    assert data["relu"] == (4, 1) and data["_MatMult_.gemm_map"] == (4, 1, 1)
+    assert data["_MatMult__2.gemm_map"] == (4, 1, 1) and "permute" not in data     # weights stay whole
+    meg = distsdfg.schedule_from_shardings(sdfg, {"fc1_weight": (4, 1), "fc2_weight": (1, 4)}).as_dict()
+    assert meg["_MatMult_.gemm_map"] == (1, 4, 1) and meg["relu"] == (1, 4)
+    assert meg["_MatMult__2.gemm_map"] == (1, 1, 4)                     # row-parallel: split contraction
+    with pytest.raises(distsdfg.ScheduleError, match="x"):
+        distsdfg.schedule_from_shardings(sdfg, {"x": (4,)})
+    with pytest.raises(distsdfg.ScheduleError, match="neither an array nor a kernel"):
+        distsdfg.schedule_from_shardings(sdfg, {"nope": (4, 1)})
+
+
+# -- single process: models and training steps ----------------------------------------------------
+
+def test_transformer_block_forward():
+    model = block()
+    x = torch.randn(4, 8, 32, generator=torch.Generator().manual_seed(1))
+    _, (out,) = _run(model, (x,))
+    assert _rel(out, model(x).detach().numpy()) <= TOL
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_training_steps_match_torch_optim(kind):
+    model = mlp()
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(16, 32, generator=g), torch.randint(0, 8, (16,), generator=g)
+    make = {"sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-3),
+            "adam": lambda p: torch.optim.Adam(p, lr=0.01, betas=(0.8, 0.95), weight_decay=1e-3)}[kind]
+    prog = distsdfg.from_torch_train_step(model, nn.CrossEntropyLoss(), make(model.parameters()), (x,), y)
+    args = prog.arguments(x, y)
+    ref = copy.deepcopy(model)
+    opt = make(ref.parameters())
+    for _ in range(3):
+        loss = prog.sdfg(**args)
+        opt.zero_grad()
+        ref_loss = nn.CrossEntropyLoss()(ref(x), y)
+        ref_loss.backward()
+        opt.step()
+        assert abs(float(np.asarray(loss).reshape(-1)[0]) - ref_loss.item()) <= TOL * abs(ref_loss.item())
+    got = prog.state_dict(args)
+    for k, v in ref.state_dict().items():
+        assert _rel(got[k].numpy(), v.numpy()) <= TOL, k
+    state = prog.optimizer_state(args)
+    key = "exp_avg" if kind == "adam" else "momentum_buffer"
+    ref_state = opt.state[ref.fc1.weight][key].numpy()
+    assert _rel(state["fc1.weight"][key].numpy(), ref_state) <= 1e-4
+    assert float(state["fc1.weight"]["step"]) == 3.0
+
+
+# -- mpiexec tier ---------------------------------------------------------------------------------
+
+CASES = ["mlp:forward:data", "mlp:forward:megatron", "mlp:train-sgd:data", "mlp:train-sgd:megatron",
+         "mlp:train-sgd:zero", "block:forward:data3", "block:forward:heads"]
+
+
+@pytest.fixture(scope="module")
+def mpi_results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("torch") / "results.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
+    cmd = mpiexec_argv(4, ["-m", "distsdfg.testing.torch_run", str(out), *CASES],
+                       timeout=1500)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {r["case"]: r for r in json.loads(out.read_text())}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_four_ranks_match_pytorch(mpi_results, case):
+    r = mpi_results[case]
+    assert "error" not in r, r.get("trace")
+    assert r["rel_err"] <= TOL
+    if "train" in case:
+        assert r["loss_err"] <= TOL and len(r["losses"]) == 3 and r["losses"][2] < r["losses"][0]
+    grids = r["schedule"]
+    assert grids and all(math.prod(g) == 4 for g in grids.values()), grids
+    if case == "mlp:forward:megatron":       # column- then row-parallel: one reduction of the output
+        assert [s["collective"] for s in r["report"] if s["array"].startswith("v_")] == ["Reduce"]
+    grads = {s["array"]: s["collective"] for s in r["report"] if s["array"] in ("v_mm_1", "v_mm_2")}
+    if case == "mlp:train-sgd:data":         # weight gradients: sums over the split batch, to the update on rank 0
+        assert grads == {"v_mm_1": "Reduce", "v_mm_2": "Reduce"}, grads
+    if case == "mlp:train-sgd:zero":         # update split too: each rank gets the sum of its rows only
+        assert grads == {"v_mm_1": "Reduce_scatter", "v_mm_2": "Reduce_scatter"}, grads
+
+
+def test_index_inputs_are_checked():
+    module = Layers()
+    x, tok, cls, target = _inputs("Layers")
+    prog = distsdfg.from_torch(module, (x, tok, cls, target))
+    assert prog.bounds["tok"] == (10, ()) and prog.bounds["cls"][0] == 6 and -100 in prog.bounds["cls"][1]
+    bad = tok.clone()
+    bad[1, 2] = 10
+    with pytest.raises(distsdfg.DistributedLoweringError, match=r"`tok` holds 10 at \(1, 2\).*0\.\.9"):
+        prog.arguments(x, bad, cls, target)
+    ignored = cls.clone()
+    ignored[0] = -100                                # cross-entropy's ignore_index is allowed
+    prog.arguments(x, tok, ignored, target)

@@ -60,6 +60,8 @@ def reshape_split(shape: Sequence[int], split: Split, new_shape: Sequence[int]) 
         return tuple(1 for _ in new_shape)
     out = [1] * len(new_shape)
     for ga, gb in _groups(list(shape), list(new_shape)):
+        ga = [d for d in ga if shape[d] != 1] or ga          # size-1 dimensions do not change the order
+        gb = [d for d in gb if new_shape[d] != 1] or gb
         ways = [split[d] for d in ga if d < len(split)]
         if not gb or not ways or all(w == 1 for w in ways):
             continue

@@ -60,8 +60,8 @@ def _to_numpy(value, what: str) -> np.ndarray:
 def array_name(path: str, taken: set) -> str:
     """A program argument name for a module path (``fc1.weight`` -> ``fc1_weight``)."""
     name = re.sub(r"\W", "_", path)
-    # "v_*" are the program's temporaries, "_*" tasklet connectors, "i<k>" map parameters.
-    if (not name.isidentifier() or keyword.iskeyword(name) or name.startswith(("v_", "_"))
+    # "_*" are tasklet connectors, "i<k>" map parameters (temporaries avoid argument names).
+    if (not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_")
             or re.fullmatch(r"i\d+", name)):
         name = "p_" + name
     base, k = name, 1

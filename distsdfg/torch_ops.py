@@ -86,7 +86,7 @@ class Emitter:
     def __init__(self):
         self.lines: List[str] = []
         self.map_names: Dict[int, str] = {}       # body line of a `for ... in dace.map` -> kernel name
-        self._used: Dict[str, int] = {}
+        self._taken: set = set()
         self.op = "?"                             # the op being emitted (for error messages)
 
     # -- names -------------------------------------------------------------------------------
@@ -94,12 +94,15 @@ class Emitter:
         base = "".join(c if c.isalnum() or c == "_" else "_" for c in base).strip("_") or "t"
         if base[0].isdigit():
             base = "t" + base
-        n = self._used.get(base, 0)
-        self._used[base] = n + 1
-        return f"v_{base}" if n == 0 else f"v_{base}_{n}"
+        name, k = f"v_{base}", 1
+        while name in self._taken:
+            name, k = f"v_{base}_{k}", k + 1
+        self._taken.add(name)
+        return name
 
     def reserve(self, name: str) -> None:
-        self._used[name[2:] if name.startswith("v_") else name] = 1
+        """Keep a program argument's name out of the temporaries' names."""
+        self._taken.add(name)
 
     def line(self, text: str) -> None:
         self.lines.append("    " + text)
@@ -440,18 +443,25 @@ def reduce(em, name, src: Val, dims: Tuple[int, ...], keepdim: bool, fn: str, dt
     kept = tuple(s for d, s in enumerate(src.shape) if d not in dims)
     if not dims or nd == 0:
         return src
+    # Kept dimensions of size 1 are dropped first (a view): the lowering splits a Reduce over
+    # (H, S, S) but not over (1, H, S, S).
+    keep = [d for d in range(nd) if d in dims or src.shape[d] != 1]
+    arr, axes = src.name, tuple(dims)
+    if len(keep) < nd:
+        arr = em.fresh(name + "_squeezed")
+        em.line(f"{arr} = np.reshape({src.name}, {tuple(src.shape[d] for d in keep)!r})")
+        axes = tuple(keep.index(d) for d in dims)
     out = em.fresh(name)
-    if len(dims) == nd:
-        em.line(f"{out} = np.{fn}({src.name})")
+    if len(axes) == len(keep):
+        em.line(f"{out} = np.{fn}({arr})")
     else:
-        em.line(f"{out} = np.{fn}({src.name}, axis={tuple(dims)!r})")
-    res = Val(out, kept, np.dtype(dtype))
-    if keepdim:
-        kshape = tuple(1 if d in dims else s for d, s in enumerate(src.shape))
-        view = em.fresh(name + "_keep")
-        em.line(f"{view} = np.reshape({out}, {kshape!r})")
-        return Val(view, kshape, np.dtype(dtype), view=True)
-    return res
+        em.line(f"{out} = np.{fn}({arr}, axis={axes!r})")
+    shape = tuple(1 if d in dims else s for d, s in enumerate(src.shape)) if keepdim else kept
+    if len(keep) == nd and not keepdim:
+        return Val(out, kept, np.dtype(dtype))
+    view = em.fresh(name + "_keep")
+    em.line(f"{view} = np.reshape({out}, {Val(view, shape, np.dtype(dtype)).storage!r})")
+    return Val(view, shape, np.dtype(dtype), view=True)
 
 
 def _sum(em, name, meta, args, kwargs):

@@ -150,6 +150,7 @@ def test_reshape_split():
     assert reshape_split((2, 4, 8), (1, 4, 1), (8, 8)) == (1, 1)        # a merge would cut the split: dropped
     assert reshape_split((6, 4), (2, 1), (4, 6)) == (2, 1)             # same contiguous halves
     assert reshape_split((6, 4), (4, 1), (4, 6)) == (1, 1)             # uneven: blocks would differ
+    assert reshape_split((1, 4, 16, 8), (1, 4, 1, 1), (4, 16, 8)) == (4, 1, 1)   # one sequence: heads = batch
 
 
 def test_schedule_from_shardings_mlp():
@@ -207,7 +208,7 @@ def test_training_steps_match_torch_optim(kind):
 # -- mpiexec tier ---------------------------------------------------------------------------------
 
 CASES = ["mlp:forward:data", "mlp:forward:megatron", "mlp:train-sgd:data", "mlp:train-sgd:megatron",
-         "mlp:train-sgd:zero", "block:forward:data3", "block:forward:heads"]
+         "mlp:train-sgd:zero", "block:forward:data3", "block1:forward:heads"]
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +233,9 @@ def test_four_ranks_match_pytorch(mpi_results, case):
     assert grids and all(math.prod(g) == 4 for g in grids.values()), grids
     if case == "mlp:forward:megatron":       # column- then row-parallel: one reduction of the output
         assert [s["collective"] for s in r["report"] if s["array"].startswith("v_")] == ["Reduce"]
+    if case.startswith("block"):             # attention itself is split: by batch, or by heads
+        assert [g for k, g in grids.items() if "BatchedMatMult" in k] == [[4, 1, 1, 1]] * 2, grids
+        assert grids["softmax_exp"][:2] in ([4, 1], [1, 4]), grids
     grads = {s["array"]: s["collective"] for s in r["report"] if s["array"] in ("v_mm_1", "v_mm_2")}
     if case == "mlp:train-sgd:data":         # weight gradients: sums over the split batch, to the update on rank 0
         assert grads == {"v_mm_1": "Reduce", "v_mm_2": "Reduce"}, grads

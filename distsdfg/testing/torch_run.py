@@ -67,7 +67,8 @@ def block(seed=0, E=32, H=4, F=64):
 
 
 #: model -> (constructor, input shape, number of classes for training targets)
-MODELS = {"mlp": (mlp, (16, 32), 8), "block": (block, (4, 8, 32), None)}
+MODELS = {"mlp": (mlp, (16, 32), 8), "block": (block, (4, 8, 32), None),
+          "block1": (block, (1, 16, 32), None)}          # one sequence: heads are the attention's batch
 
 #: sharding name -> {array: ways per dimension} for a 4-rank run
 SHARDINGS = {
@@ -111,6 +112,9 @@ def run_case(case: str, comm) -> dict:
         prog = from_torch_train_step(model, torch.nn.CrossEntropyLoss(), opt, (x,), y)
     sdfg = prog.sdfg
     kernels = {m.label for m in distsdfg.maps(sdfg)}
+    missing = [k for k in shardings if k not in sdfg.arrays and k not in kernels and k != "target"]
+    if missing:
+        raise KeyError(f"sharding {shard} names {missing}, which {model_name} does not have")
     shardings = {k: v for k, v in shardings.items() if k in sdfg.arrays or k in kernels}
     sched = distsdfg.schedule_from_shardings(sdfg, shardings, nprocs=comm.size)
     distsdfg.lower(sdfg, sched)

@@ -91,24 +91,29 @@ def _rel_err(out, ref) -> float:
     return float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-300))
 
 
-def main(argv):
+def run_cases(out_path: str, cases, run, quiet=("trace",)) -> None:
+    """Run every case with ``run(case, comm)``; a failing case is recorded and the rest go on.
+    Rank 0 prints a line per case (without the ``quiet`` keys) and writes all results as JSON."""
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
-    out_path, cases = argv[0], argv[1:]
     results = []
     for c in cases:
         try:
-            r = run_case(c, comm)
+            r = run(c, comm)
         except Exception as exc:  # report and continue with the other cases
             r = {"case": c, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
             if comm.rank != 0:
                 print(f"rank {comm.rank}: case {c} failed: {exc}", file=sys.stderr)
         if comm.rank == 0:
             results.append(r)
-            print(json.dumps({k: v for k, v in r.items() if k != "trace"})[:400], flush=True)
+            print(json.dumps({k: v for k, v in r.items() if k not in quiet})[:400], flush=True)
     if comm.rank == 0:
         with open(out_path, "w") as f:
             json.dump(results, f, indent=1)
+
+
+def main(argv):
+    run_cases(argv[0], argv[1:], run_case)
 
 
 if __name__ == "__main__":

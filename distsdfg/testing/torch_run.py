@@ -9,10 +9,8 @@ A case is ``model:mode:sharding``: a model of ``MODELS``, ``forward`` or ``train
 from __future__ import annotations
 
 import copy
-import json
 import math
 import sys
-import traceback
 
 import numpy as np
 
@@ -150,22 +148,8 @@ def run_case(case: str, comm) -> dict:
 
 
 def main(argv):
-    from mpi4py import MPI
-    comm = MPI.COMM_WORLD
-    out_path, cases = argv[0], argv[1:]
-    results = []
-    for c in cases:
-        try:
-            r = run_case(c, comm)
-        except Exception as exc:  # report and continue with the other cases
-            r = {"case": c, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
-            print(f"rank {comm.rank}: case {c} failed: {exc}", file=sys.stderr, flush=True)
-        if comm.rank == 0:
-            results.append(r)
-            print(json.dumps({k: v for k, v in r.items() if k not in ("trace", "report", "schedule")})[:400], flush=True)
-    if comm.rank == 0:
-        with open(out_path, "w") as f:
-            json.dump(results, f, indent=1)
+    from distsdfg.testing.mpirun import run_cases
+    run_cases(argv[0], argv[1:], run_case, quiet=("trace", "report", "schedule"))
 
 
 if __name__ == "__main__":

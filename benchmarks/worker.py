@@ -250,7 +250,7 @@ def run_single(config: dict) -> List[Row]:
         try:
             inputs = make_inputs(w, sizes, config["seed"])
             args = {**inputs, **w.symbols(sizes, inputs)}
-            sdfg = w.program.to_sdfg()
+            sdfg = w.program.to_sdfg(simplify=w.simplify_single)
             sdfg.name = f"bench_{w.program.name}_single"
             compiled, _ = build(sdfg)
             out = compiled(**args)

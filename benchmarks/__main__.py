@@ -27,6 +27,7 @@ from . import report
 from .blas import NUMPY_BLAS, single_thread_env
 from .pmpi import build as build_counter
 from .pmpi import cache_dir
+from .scaling import PROCS as SCALING_PROCS
 from .scaling import WORKLOADS as SCALING_WORKLOADS
 from .scaling import scaling as scaling_view
 from .schedules import NAMES as SCHEDULES
@@ -184,10 +185,10 @@ def parse(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     ap.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
-    ap.add_argument("--scaling-procs", type=int, nargs="*", default=[4, 16, 64, 256, 1024, 4096],
+    ap.add_argument("--scaling-procs", type=int, nargs="*", default=list(SCALING_PROCS),
                     help="rank counts for the planning/lowering view (none: skip it)")
     ap.add_argument("--scaling-workloads", nargs="+", default=list(SCALING_WORKLOADS), choices=list(WORKLOADS))
-    ap.add_argument("--tables-max-procs", type=int, default=1024,
+    ap.add_argument("--tables-max-procs", type=int, default=256,
                     help="largest P whose comm_report tables the scaling view solves")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per worker job")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")

@@ -1,6 +1,7 @@
 """Compile once on rank 0, load everywhere, and run: the wrapper every rank calls."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -75,10 +76,19 @@ class DistributedProgram:
         self._plans: Dict[Tuple, Tuple[np.ndarray, List[ConcreteStep]]] = {}
 
     # -- argument checking (rank 0) ---------------------------------------------------------------
+    @functools.cached_property
+    def _arglist(self):
+        """The SDFG's arguments, computed once: DaCe derives them from every state's symbols."""
+        return self.sdfg.arglist()
+
+    @functools.cached_property
+    def _free_symbols(self) -> Tuple[str, ...]:
+        return tuple(sorted(str(s) for s in self.sdfg.free_symbols))
+
     def _check_inputs(self, kwargs) -> Optional[str]:
         from dace import data as dt
         sdfg = self.sdfg
-        for name, desc in sdfg.arglist().items():
+        for name, desc in self._arglist.items():
             if name == PLAN_ARRAY or isinstance(desc, dt.Scalar) and name not in kwargs and name in sdfg.symbols:
                 continue
             if name not in kwargs:
@@ -104,8 +114,7 @@ class DistributedProgram:
             want_dt = np.dtype(desc.dtype.as_numpy_dtype())
             if arr.dtype != want_dt:
                 return f"argument `{name}` has dtype {arr.dtype} but the program expects {want_dt}; convert it with .astype"
-        missing = sorted(str(s) for s in self.sdfg.free_symbols
-                         if str(s) not in values and not str(s).startswith("__dsdfg"))
+        missing = [s for s in self._free_symbols if s not in values and not s.startswith("__dsdfg")]
         if missing:
             return f"size symbol(s) {', '.join(missing)} have no value: pass them as keyword arguments"
         return None

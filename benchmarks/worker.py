@@ -1,0 +1,310 @@
+"""One benchmark process (or SPMD job): runs contenders and writes their rows as JSON.
+
+    mpiexec -n P python -m mpi4py -m benchmarks.worker CONFIG.json OUT.json    # mode "mpi"
+    python -m benchmarks.worker CONFIG.json OUT.json                           # "single", "dask"
+
+Mode ``mpi`` runs, per workload, distsdfg with every schedule and the hand-written mpi4py
+version on the communicator; ``single`` the program compiled by DaCe for one process;
+``dask`` the Dask versions on a local cluster of P single-threaded workers per P. Every
+contender's first call is checked against NumPy and counted by the PMPI library (when
+preloaded); the timed repeats follow. The driver (``benchmarks.__main__``) builds CONFIG.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+import traceback
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+from . import blas
+from .workloads import Workload, get, sizes_of
+
+Row = Dict[str, object]
+
+
+# -- shared helpers ---------------------------------------------------------------------------------------
+def check(out, ref, rtol: float) -> Dict[str, object]:
+    """Relative max error of ``out`` against ``ref`` and whether it is within ``rtol``."""
+    out, ref = np.asarray(out), np.asarray(ref)
+    if out.shape != ref.shape:
+        return {"correct": False, "rel_err": None, "reason": f"shape {out.shape}, expected {ref.shape}"}
+    err = float(np.abs(out - ref).max() / max(float(np.abs(ref).max()), 1e-300)) if ref.size else 0.0
+    return {"correct": bool(err <= rtol), "rel_err": err}
+
+
+def summary(times: List[float]) -> Dict[str, object]:
+    return {"times": times, "median": float(np.median(times)), "min": float(min(times)), "max": float(max(times))}
+
+
+def row(w: Workload, sizes: dict, nprocs: int, contender: str, **fields) -> Row:
+    return {"workload": w.name, "sizes": sizes, "nprocs": nprocs, "contender": contender, **fields}
+
+
+def failure(exc: BaseException) -> Dict[str, object]:
+    return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:500], "trace": traceback.format_exc()}
+
+
+def make_inputs(w: Workload, sizes: dict, seed: int) -> Dict[str, np.ndarray]:
+    return w.inputs(sizes, np.random.default_rng(seed))
+
+
+# -- MPI mode ----------------------------------------------------------------------------------------------
+def timed_spmd(control, call: Callable, repeats: int) -> List[float]:
+    """Wall time of each repeat: from a barrier to the slowest rank's return."""
+    from mpi4py import MPI
+    out = []
+    for _ in range(repeats):
+        control.Barrier()
+        t0 = time.perf_counter()
+        call()
+        out.append(control.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+    return out
+
+
+def counted(counters, call: Callable):
+    """``call()``'s result and this rank's PMPI counts during it (None without the library)."""
+    if counters is None:
+        return call(), None
+    counters.reset()
+    out = call()
+    return out, counters.snapshot()
+
+
+def per_rank(snapshots, kind: str) -> Dict[str, Dict[str, List[int]]]:
+    """{call: {"sent": [per rank], "received": [...]}} from every rank's snapshot."""
+    names = sorted({n for s in snapshots for n in s[kind]})
+    return {n: {"sent": [s[kind].get(n, (0, 0, 0))[1] for s in snapshots],
+                "received": [s[kind].get(n, (0, 0, 0))[2] for s in snapshots]} for n in names}
+
+
+def report_per_call(report, nprocs: int) -> Dict[str, Dict[str, List[int]]]:
+    """comm_report's steps summed per MPI call, with its ``Isend/Irecv`` split into the two calls."""
+    out: Dict[str, Dict[str, List[int]]] = {}
+
+    def add(name, sent, received):
+        d = out.setdefault(name, {"sent": [0] * nprocs, "received": [0] * nprocs})
+        d["sent"] = [a + b for a, b in zip(d["sent"], sent)]
+        d["received"] = [a + b for a, b in zip(d["received"], received)]
+    for s in report:
+        sent, recv = s.total_sent, s.total_received
+        if s.collective == "Isend/Irecv":
+            add("Isend", sent, [0] * nprocs)
+            add("Irecv", [0] * nprocs, recv)
+        else:
+            add(s.collective, sent, recv)
+    return out
+
+
+def totals(per_call: Dict[str, Dict[str, List[int]]], nprocs: int) -> Dict[str, List[int]]:
+    return {k: [sum(d[k][q] for d in per_call.values()) for q in range(nprocs)] for k in ("sent", "received")}
+
+
+def byte_fields(snapshots, report, nprocs: int) -> Dict[str, object]:
+    """Measured bytes per rank, comm_report's (when given) and whether they agree call by call."""
+    measured = per_rank(snapshots, "data")
+    control = totals(per_rank(snapshots, "control"), nprocs)
+    out = {"pmpi": measured, "pmpi_total": totals(measured, nprocs),
+           "control_bytes": sum(control["sent"])}
+    if report is not None:
+        expected = {k: v for k, v in report_per_call(report, nprocs).items() if any(v["sent"]) or any(v["received"])}
+        nonzero = {k: v for k, v in measured.items() if any(v["sent"]) or any(v["received"])}
+        out.update(report=expected, report_total=totals(expected, nprocs), pmpi_equals_report=nonzero == expected)
+    return out
+
+
+def sdfg_name(w: Workload, grids: dict, nprocs: int) -> str:
+    digest = hashlib.sha1(json.dumps(sorted((k, list(v)) for k, v in grids.items())).encode()).hexdigest()[:10]
+    return f"bench_{w.program.name}_p{nprocs}_{digest}"
+
+
+def run_schedule(w, sizes, name, grids, ctx) -> Row:
+    """distsdfg with ``grids``: lower, compile (collective), check and count one call, time the repeats."""
+    import distsdfg
+    from distsdfg.report import matmul_io_lower_bounds
+    comm, control, P = ctx["comm"], ctx["control"], ctx["comm"].size
+    sdfg = w.program.to_sdfg()
+    sdfg.name = sdfg_name(w, grids, P)
+    distsdfg.lower(sdfg, grids)
+    report = distsdfg.comm_report(sdfg, nprocs=P, **ctx["symbols"])
+    fn = distsdfg.compile(sdfg, comm=control)
+    out, snap = counted(ctx["counters"], lambda: fn(**ctx["inputs"]))
+    snaps = control.gather(snap, root=0)
+    times = timed_spmd(control, lambda: fn(**ctx["inputs"]), ctx["repeats"])
+    if comm.rank != 0:
+        return {}
+    fields = {"status": "ok", "schedule": {k: list(v) for k, v in grids.items()}, **summary(times),
+              **check(out, ctx["ref"], w.rtol)}
+    original = w.program.to_sdfg()
+    fields["model_bytes"] = float(distsdfg.schedule_cost(original, grids, "bytes", **ctx["symbols"]))
+    bounds = matmul_io_lower_bounds(original, P, **ctx["symbols"]) if w.name.startswith("matmul") else []
+    fields["io_lower_bound"] = sum(b for _, b in bounds) if bounds else None
+    if snap is not None:
+        fields.update(byte_fields(snaps, report, P))
+    return row(w, sizes, P, f"distsdfg {name}", **fields)
+
+
+def run_handwritten(w, sizes, ctx) -> Row:
+    from .handwritten import VERSIONS
+    comm, control = ctx["comm"], ctx["control"]
+    fn = VERSIONS[w.name]
+    out, snap = counted(ctx["counters"], lambda: fn(comm, **ctx["inputs"]))
+    snaps = control.gather(snap, root=0)
+    times = timed_spmd(control, lambda: fn(comm, **ctx["inputs"]), ctx["repeats"])
+    if comm.rank != 0:
+        return {}
+    fields = {"status": "ok", **summary(times), **check(out, ctx["ref"], w.rtol)}
+    if snap is not None:
+        fields.update(byte_fields(snaps, None, comm.size))
+    return row(w, sizes, comm.size, "mpi4py", **fields)
+
+
+def spmd_inputs(control, w: Workload, sizes: dict, seed: int):
+    """Rank 0's inputs, NumPy reference and symbol values; zeros of the same shapes elsewhere."""
+    if control.rank == 0:
+        inputs = make_inputs(w, sizes, seed)
+        ref = w.reference(**inputs)
+        symbols = w.symbols(sizes, inputs)
+        meta = ({k: (v.shape, v.dtype.str) for k, v in inputs.items()}, symbols)
+    else:
+        inputs, ref, meta = None, None, None
+    shapes, symbols = control.bcast(meta, root=0)
+    if control.rank != 0:
+        inputs = {k: np.zeros(shape, dtype) for k, (shape, dtype) in shapes.items()}
+    return inputs, ref, symbols
+
+
+def run_mpi(config: dict) -> List[Row]:
+    from mpi4py import MPI
+
+    from .pmpi import Counters, preloaded
+    from .schedules import schedule_for
+    comm = MPI.COMM_WORLD
+    control = comm.Dup()      # the benchmark's and distsdfg's own pickled messages go here
+    counters = Counters(preloaded()) if preloaded() else None
+    if counters is not None:
+        counters.set_control(control)
+    rows = []
+    for wname in config["workloads"]:
+        w = get(wname)
+        sizes = sizes_of(w, config["preset"])
+        inputs, ref, symbols = spmd_inputs(control, w, sizes, config["seed"])
+        ctx = dict(comm=comm, control=control, counters=counters, inputs=inputs, ref=ref, symbols=symbols,
+                   repeats=config["repeats"])
+        seen: Dict[str, str] = {}
+        for name in config["schedules"]:
+            rows.append(_one_schedule(w, sizes, name, ctx, seen, schedule_for))
+        if config.get("handwritten", True):
+            rows.append(_guarded(control, lambda: run_handwritten(w, sizes, ctx), w, sizes, "mpi4py"))
+    return [r for r in rows if r]
+
+
+def _one_schedule(w, sizes, name, ctx, seen, schedule_for) -> Row:
+    """Plan ``name`` on rank 0; an identical earlier schedule is reported, not rerun."""
+    control, P = ctx["control"], ctx["control"].size
+    grids, error = None, None
+    if control.rank == 0:
+        try:
+            grids = schedule_for(name, w.program.to_sdfg(), P, ctx["symbols"])
+        except Exception as exc:
+            error = failure(exc)
+    grids = control.bcast(grids, root=0)
+    if grids is None:
+        return row(w, sizes, P, f"distsdfg {name}", **error) if control.rank == 0 else {}
+    key = json.dumps(sorted((k, list(v)) for k, v in grids.items()))
+    if key in seen:
+        return row(w, sizes, P, f"distsdfg {name}", status="same", same_as=seen[key],
+                   schedule={k: list(v) for k, v in grids.items()}) if control.rank == 0 else {}
+    seen[key] = f"distsdfg {name}"
+    return _guarded(control, lambda: run_schedule(w, sizes, name, grids, ctx), w, sizes, f"distsdfg {name}")
+
+
+def _guarded(control, call, w, sizes, contender) -> Row:
+    """``call()``; an exception raised on every rank (lowering, compiling) becomes a failed row."""
+    try:
+        return call()
+    except Exception as exc:
+        return row(w, sizes, control.size, contender, **failure(exc)) if control.rank == 0 else {}
+
+
+# -- single process and Dask ----------------------------------------------------------------------------
+def timed_local(call: Callable, repeats: int) -> List[float]:
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def run_single(config: dict) -> List[Row]:
+    """Each program compiled by DaCe for one process (no MPI), same inputs and checks."""
+    from distsdfg.runtime import build
+    rows = []
+    for wname in config["workloads"]:
+        w = get(wname)
+        sizes = sizes_of(w, config["preset"])
+        try:
+            inputs = make_inputs(w, sizes, config["seed"])
+            args = {**inputs, **w.symbols(sizes, inputs)}
+            sdfg = w.program.to_sdfg(simplify=w.simplify_single)
+            sdfg.name = f"bench_{w.program.name}_single"
+            compiled, _ = build(sdfg)
+            out = compiled(**args)
+            fields = {"status": "ok", **check(out, w.reference(**inputs), w.rtol),
+                      **summary(timed_local(lambda: compiled(**args), config["repeats"]))}
+        except Exception as exc:
+            fields = failure(exc)
+        rows.append(row(w, sizes, 1, "dace (1 process)", **fields))
+    return rows
+
+
+def run_dask(config: dict) -> List[Row]:
+    """The Dask versions on a local cluster of P one-thread worker processes, per P."""
+    from dask.distributed import Client, LocalCluster
+
+    from .dask_versions import VERSIONS
+    rows = []
+    for P in config["nprocs"]:
+        with LocalCluster(n_workers=P, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+                Client(cluster):
+            for wname in config["workloads"]:
+                w = get(wname)
+                sizes = sizes_of(w, config["preset"])
+                try:
+                    inputs = make_inputs(w, sizes, config["seed"])
+                    fn = VERSIONS[w.name]
+                    fields = {"status": "ok", **check(fn(P, **inputs), w.reference(**inputs), w.rtol),
+                              **summary(timed_local(lambda: fn(P, **inputs), config["repeats"]))}
+                except Exception as exc:
+                    fields = failure(exc)
+                rows.append(row(w, sizes, P, "dask", **fields))
+    return rows
+
+
+MODES = {"mpi": run_mpi, "single": run_single, "dask": run_dask}
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0]) as f:
+        config = json.load(f)
+    import dace
+    dace.config.Config.set("default_build_folder", value=config["build_folder"])
+    blas_name = blas.configure()
+    rows = MODES[config["mode"]](config)
+    if config["mode"] != "mpi" or _rank() == 0:
+        with open(argv[1], "w") as f:
+            json.dump({"blas": blas_name, "rows": rows}, f, indent=1)
+
+
+def _rank() -> int:
+    from mpi4py import MPI
+    return MPI.COMM_WORLD.rank
+
+
+if __name__ == "__main__":
+    main()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
+import inspect
 import keyword
 import os
 import re
@@ -236,7 +237,6 @@ def _emit_graph(em: Emitter, graph, env: Dict[object, object]) -> List[object]:
             raise UnsupportedOpError(
                 f"ATen operator `{key}` (node `{node.name}`, from {_where(node)}) has no translation in the "
                 f"PyTorch frontend; supported operators are listed in distsdfg.torch_ops.EMITTERS")
-        em.op = key
         args = arg(node.args)
         kwargs = {k: arg(v) for k, v in node.kwargs.items()}
         try:
@@ -552,7 +552,7 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
         raise TorchFrontendError(f"traced {len(placeholders)} inputs, expected {len(sources)}")
     em = Emitter()
     env, args, values, taken = {}, [], {}, set()
-    sig = __import__("inspect").signature(module.forward)
+    sig = inspect.signature(module.forward)
     input_names = [p for p in sig.parameters][:len(xs)]
     for node, (akind, src, tensor) in zip(placeholders, sources):
         (shape, dtype), = _meta(node)

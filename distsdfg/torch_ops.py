@@ -87,7 +87,6 @@ class Emitter:
         self.lines: List[str] = []
         self.map_names: Dict[int, str] = {}       # body line of a `for ... in dace.map` -> kernel name
         self._taken: set = set()
-        self.op = "?"                             # the op being emitted (for error messages)
 
     # -- names -------------------------------------------------------------------------------
     def fresh(self, base: str) -> str:
@@ -464,19 +463,22 @@ def reduce(em, name, src: Val, dims: Tuple[int, ...], keepdim: bool, fn: str, dt
     return Val(view, shape, np.dtype(dtype), view=True)
 
 
-def _sum(em, name, meta, args, kwargs):
-    shape, dtype = meta[0]
+def _reduce_args(args, kwargs):
+    """``(input, dims, keepdim)`` of a reduction operator (``sum``, ``mean``, ``amax``, ...)."""
     src = args[0]
     dims = _norm_dims(args[1] if len(args) > 1 else kwargs.get("dim"), len(src.shape))
-    keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+    return src, dims, args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+
+
+def _sum(em, name, meta, args, kwargs):
+    shape, dtype = meta[0]
+    src, dims, keep = _reduce_args(args, kwargs)
     return reduce(em, name, src, dims, keep, "sum", dtype)
 
 
 def _mean(em, name, meta, args, kwargs):
     shape, dtype = meta[0]
-    src = args[0]
-    dims = _norm_dims(args[1] if len(args) > 1 else kwargs.get("dim"), len(src.shape))
-    keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+    src, dims, keep = _reduce_args(args, kwargs)
     total = reduce(em, name + "_sum", src, dims, keep, "sum", dtype)
     count = int(np.prod([src.shape[d] for d in dims])) if src.shape else 1
     return em.elementwise(name, total.shape, dtype, [total], f"a0 / {literal(count, dtype)}")
@@ -485,9 +487,7 @@ def _mean(em, name, meta, args, kwargs):
 def _extreme(fn: str):
     def emit(em, name, meta, args, kwargs):
         shape, dtype = meta[0]
-        src = args[0]
-        dims = _norm_dims(args[1] if len(args) > 1 else kwargs.get("dim"), len(src.shape))
-        keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+        src, dims, keep = _reduce_args(args, kwargs)
         return reduce(em, name, src, dims, keep, fn, dtype)
     return emit
 

@@ -3,8 +3,9 @@
 After the distributed lowering, :class:`OffloadKernels` gives every top-level map a
 ``GPU_Device`` schedule and every library node (MatMul, Reduce, einsum, ...) a GPU schedule,
 moves the kernels' local buffers (and home buffers) to ``GPU_Global`` memory, and stages each
-``DistributedMemlet`` through a host buffer (a device-to-host copy before it sends, a
-host-to-device copy after it receives), so MPI always sees host pointers.
+``DistributedMemlet`` through a pinned host buffer (a device-to-host copy before it sends, a
+host-to-device copy after it receives), so MPI always sees host pointers. Device and staging
+buffers are allocated once per program (persistent), not on every call.
 
 :func:`build_settings` makes DaCe 1.0.2's generated CUDA build with CUDA 12 and 13 without
 touching site-packages: an architecture nvcc accepts, C++17 for host and device code (CUDA 13's
@@ -33,7 +34,11 @@ from .errors import DistributedLoweringError, UnsupportedProgramError
 
 __all__ = ["OffloadKernels", "build_settings", "gpu_available", "nvcc_path", "cuda_arch", "has_cublas", "COMPAT_HEADER"]
 
+#: Thread-block shape of a kernel by its map's dimensions (DaCe maps the last parameter to x).
+BLOCK_SIZES = ((256, 1, 1), (32, 8, 1), (32, 4, 2))
+
 COMPAT_HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi", "include", "distsdfg_cuda_compat.h")
+HOST_COMPAT_HEADER = os.path.join(os.path.dirname(COMPAT_HEADER), "distsdfg_cuda_host_compat.h")
 
 
 def nvcc_path() -> Optional[str]:
@@ -126,7 +131,7 @@ def build_settings(build_folder: str):
     try:
         Config.set("compiler", "cuda", "cuda_arch", value=cuda_arch())
         cpu = old[("compiler", "cpu", "args")].replace("-std=c++14", "-std=c++17")
-        cpu += "".join(f" -I{d}" for d in _cuda_include_dirs()[:2])
+        cpu += "".join(f" -I{d}" for d in _cuda_include_dirs()[:2]) + f" -include {HOST_COMPAT_HEADER}"
         Config.set("compiler", "cpu", "args", value=cpu)
         extra = (f"{old[('compiler', 'extra_cmake_args')]} -DCMAKE_CUDA_COMPILER={nvcc} "
                  f"-DCMAKE_CUDA_COMPILER_LAUNCHER={_launcher(build_folder)}").strip()
@@ -137,6 +142,16 @@ def build_settings(build_folder: str):
         for k, v in old.items():
             Config.set(*k, value=v)
         blas.default_implementation = old_blas
+
+
+def _persist(sdfg: SDFG, desc: dt.Array):
+    """Allocate ``desc`` once, when the program is initialised, instead of on every call (device
+    buffers and pinned host buffers are slow to allocate; fresh host pages are slow to touch).
+    Only for sizes the initialisation knows: the program's free symbols. The runtime re-initialises
+    the program when those values change between calls."""
+    known = {str(s) for s in sdfg.free_symbols}
+    if {str(s) for s in desc.free_symbols} <= known:
+        desc.lifetime = dtypes.AllocationLifetime.Persistent
 
 
 class OffloadKernels(ppl.Pass):
@@ -161,6 +176,8 @@ class OffloadKernels(ppl.Pass):
                     continue
                 if isinstance(n, nodes.MapEntry):
                     n.map.schedule = dtypes.ScheduleType.GPU_Device
+                    if not n.map.gpu_block_size:    # DaCe's default (32, 1, 1) leaves most of a block idle
+                        n.map.gpu_block_size = list(BLOCK_SIZES[min(len(n.map.params), 3) - 1])
                     edges = state.in_edges(n) + state.out_edges(state.exit_node(n))
                 elif isinstance(n, nodes.LibraryNode) and not isinstance(n, DistributedMemlet):
                     n.schedule = dtypes.ScheduleType.GPU_Default
@@ -183,6 +200,7 @@ class OffloadKernels(ppl.Pass):
                     f"(a replicated or distributed-placement argument); such arrays are not staged to the GPU yet: "
                     f"use target='cpu' for this program")
             desc.storage = dtypes.StorageType.GPU_Global
+            _persist(sdfg, desc)
         self._check_host_code(sdfg)
         self._stage(sdfg, DistributedMemlet)
         return count
@@ -216,7 +234,9 @@ class OffloadKernels(ppl.Pass):
                     if name not in hosts:
                         desc = sdfg.arrays[name]
                         hosts[name] = sdfg.add_array(f"{name}_host", desc.shape, desc.dtype, transient=True,
-                                                     offset=desc.offset, find_new_name=True)[0]
+                                                     offset=desc.offset, find_new_name=True,
+                                                     storage=dtypes.StorageType.CPU_Pinned)[0]
+                        _persist(sdfg, sdfg.arrays[hosts[name]])
                     return hosts[name]
 
                 def on_gpu(n):

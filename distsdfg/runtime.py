@@ -65,8 +65,18 @@ def symbol_values(sdfg: SDFG, arrays: Dict[str, Any], given: Dict[str, Any]) -> 
     return values
 
 
+def _is_cupy(value) -> bool:
+    """A CuPy array (checked without importing CuPy)."""
+    return type(value).__module__.split(".")[0] == "cupy" and hasattr(value, "get")
+
+
 class DistributedProgram:
-    """A lowered SDFG compiled once; call it on every rank with the same arguments."""
+    """A lowered SDFG compiled once; call it on every rank with the same arguments.
+
+    Arguments are NumPy arrays or, on GPU machines, CuPy arrays: those are copied to the host for
+    the call (communication is staged through host memory), arrays the program writes are copied
+    back into them, and the results come back as CuPy arrays.
+    """
 
     def __init__(self, sdfg: SDFG, compiled, comm):
         self.sdfg = sdfg
@@ -158,16 +168,50 @@ class DistributedProgram:
                 return f"argument `{x}` on rank {self.comm.rank} is not contiguous; pass np.ascontiguousarray(...)"
         return None
 
+    @functools.cached_property
+    def _persistent(self) -> bool:
+        from dace import dtypes
+        return any(d.lifetime == dtypes.AllocationLifetime.Persistent for d in self.sdfg.arrays.values())
+
+    def _reinitialise_if_sizes_changed(self, call) -> None:
+        """DaCe allocates persistent buffers once, sized by the first call's symbols, and never
+        again: when they change, finalise the program so that the next call initialises it anew."""
+        if not self._persistent:
+            return
+        key = tuple((s, call.get(s)) for s in self._free_symbols)
+        if getattr(self, "_init_key", key) != key and getattr(self._compiled, "_initialized", False):
+            self._compiled.finalize()
+        self._init_key = key
+
+    @functools.cached_property
+    def _written(self) -> frozenset:
+        """The program's own (non-transient) arrays that some state writes."""
+        return frozenset(n.data for state in self.sdfg.states() for n in state.data_nodes()
+                         if not self.sdfg.arrays[n.data].transient and state.in_degree(n) > 0)
+
     def __call__(self, *args, **kwargs):
+        if args:
+            kwargs.update(dict(zip(self.sdfg.arg_names, args)))
+        devices = {k: v for k, v in kwargs.items() if _is_cupy(v)}
+        if not devices:
+            return self._call(kwargs)
+        import cupy
+        kwargs.update({k: v.get() for k, v in devices.items()})
+        out = self._call(kwargs)
+        for k, v in devices.items():
+            if k in self._written:
+                v[...] = cupy.asarray(kwargs[k])
+        if isinstance(out, tuple):
+            return tuple(cupy.asarray(o) if isinstance(o, np.ndarray) else o for o in out)
+        return cupy.asarray(out) if isinstance(out, np.ndarray) else out
+
+    def _call(self, kwargs):
         if self.lowered.target == "gpu":
             from .gpu import gpu_available
             if not gpu_available():     # DaCe's CUDA runtime would kill the process
                 raise DistributedLoweringError(
                     f"`{self.lowered.original_name}` was lowered for target='gpu' but rank {self.comm.rank} sees no "
                     f"CUDA GPU (no driver or no device); run it on GPU nodes or lower with target='cpu'")
-        if args:
-            names = [n for n in self.sdfg.arg_names]
-            kwargs.update(dict(zip(names, args)))
         comm, rank, P = self.comm, self.comm.rank, self.comm.size
         arrays = {k: v for k, v in kwargs.items() if isinstance(v, np.ndarray) and k not in self.lowered.boundary}
         given = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k in self.sdfg.symbols}
@@ -208,6 +252,7 @@ class DistributedProgram:
         call.update(home_syms)
         call[PLAN_ARRAY] = table
         call[PLAN_LEN] = int(table.shape[0])
+        self._reinitialise_if_sizes_changed(call)
         if blocks:      # a rank's block is often a view (a slice of a memory map); checked contiguous above
             with dc.allow_view_arguments():
                 out = self._compiled(**call)

@@ -1,9 +1,17 @@
-"""target="gpu" (issue 8, the part that needs no GPU): the generated CUDA of distributed programs
-is really built with nvcc (skipped where nvcc is absent), kernels run on the device, MPI on host
-buffers, and a GPU program refuses to run on a machine without a GPU instead of dying.
+"""target="gpu" (issue 8).
+
+Without a GPU: the generated CUDA of distributed programs is really built with nvcc (skipped
+where nvcc is absent), kernels run on the device, MPI on host buffers, and a GPU program refuses
+to run on a machine without a GPU instead of dying.
+
+With a GPU (skipped elsewhere): the "Core lowering" mpiexec cases run with target="gpu" on 1 and
+2 ranks sharing the GPU, checked against NumPy on rank 0 like tests/test_mpi.py.
 """
 import glob
+import json
 import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -14,8 +22,11 @@ import distsdfg
 from distsdfg import dace_compat as dc
 from distsdfg.errors import DistributedLoweringError, UnsupportedProgramError
 from distsdfg.gpu import gpu_available, nvcc_path
+from distsdfg.launch import mpiexec_argv
 from distsdfg.mpi import DistributedMemlet
 from distsdfg.testing.programs import get
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 NVCC = nvcc_path()
 CASES = {
@@ -80,3 +91,97 @@ def test_generated_cuda_builds_with_nvcc(name, tmp_path, monkeypatch):
         prog = DistributedProgram(sdfg, compiled, MPI.COMM_WORLD)
         with pytest.raises(DistributedLoweringError, match="sees no CUDA GPU"):
             prog(A=None, B=None)
+
+
+# -- on a GPU: the Core lowering cases, 1 and 2 ranks sharing one GPU ------------------------------
+CORE = ["add3d", "add_scalar", "reduce_sum", "reduce_max", "matmul", "softmax", "projection", "spmv", "add_odd"]
+GPU_RUNS = {
+    1: [f"{p}:auto" for p in CORE],         # one rank: every grid is all ones
+    2: ["add3d:_Add__map=2,1,1", "add3d:_Add__map=1,1,2", "add_scalar:_Add__map=2",
+        "reduce_sum:reduce_output=1,2", "reduce_max:reduce_output=2,1",
+        "matmul:gemm_map=2,1,1", "matmul:gemm_map=1,2,1", "matmul:gemm_map=1,1,2",
+        "softmax:*=2,1,1,1", "softmax:*=1,1,1,2", "projection:einsum_map=1,1,1,2,1", "spmv:spmv=2",
+        "add_odd:_Mult__map=1,1;_Add__map=2,1"] + [f"{p}:auto" for p in CORE],
+}
+needs_gpu = pytest.mark.skipif(not gpu_available() or NVCC is None,
+                               reason="no CUDA GPU here (or no nvcc): GPU runs are tested on GPU machines")
+
+
+@pytest.fixture(scope="module")
+def gpu_results(tmp_path_factory):
+    """Concurrent mpiexec jobs of at most 8 cases (each job builds its cases with nvcc one after
+    another, in a folder of its own), all sharing the one GPU."""
+    tmp = tmp_path_factory.mktemp("gpu")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    jobs = []
+    for n, cases in GPU_RUNS.items():
+        for i in range(0, len(cases), 8):
+            cwd = tmp / f"job_{n}_{i}"
+            cwd.mkdir()
+            argv = mpiexec_argv(n, ["-m", "distsdfg.testing.mpirun", "--target", "gpu", str(cwd / "out.json")]
+                                + cases[i:i + 8], timeout=3000)
+            jobs.append((n, cwd, subprocess.Popen(argv, env=env, cwd=str(cwd), stdout=subprocess.PIPE,
+                                                  stderr=subprocess.STDOUT, text=True)))
+    out = {n: {} for n in GPU_RUNS}
+    for n, cwd, proc in jobs:
+        log = proc.communicate()[0]
+        assert proc.returncode == 0, log[-4000:]
+        out[n].update({r["case"]: r for r in json.loads((cwd / "out.json").read_text())})
+    return out
+
+
+@needs_gpu
+@pytest.mark.parametrize("nprocs,case", [(n, c) for n, cs in GPU_RUNS.items() for c in cs])
+def test_core_case_on_gpu_matches_numpy(gpu_results, nprocs, case):
+    r = gpu_results[nprocs][case]
+    assert "error" not in r, r.get("trace", r.get("error"))
+    assert r["shape_ok"]
+    if r["dtype"].startswith("int"):
+        assert r["rel_err"] == 0
+    else:
+        assert r["rel_err"] <= (1e-5 if r["dtype"] == "float32" else 1e-10), r["rel_err"]
+
+
+@needs_gpu
+@pytest.mark.parametrize("case", ["matmul:gemm_map=2,1,1", "softmax:*=1,1,1,2"])
+def test_gpu_runs_move_the_same_bytes_as_the_cpu_lowering(gpu_results, case):
+    """Host staging adds no MPI traffic: the GPU run's steps are the CPU lowering's, byte for byte."""
+    from distsdfg.testing.mpirun import parse_case
+    r = gpu_results[2][case]
+    name, grids = parse_case(case)
+    p = get(name)
+    sdfg = p.sdfg()
+    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, grids, fuzzy=True))
+    cpu = distsdfg.comm_report(sdfg, nprocs=2, **dict(p.symbols))
+    assert [(s["collective"], s["array"], s["sent"]) for s in r["report"]] == \
+        [(s.collective, s.array, list(s.sent)) for s in cpu]
+    assert sum(sum(s["sent"]) for s in r["report"]) > 0
+
+
+def _has_cupy() -> bool:
+    try:
+        import cupy  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+@needs_gpu
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_cupy_arguments_and_calls_with_new_sizes(tmp_path, nprocs):
+    """CuPy arrays in (rank 0) and out, an argument updated in place, and calls whose sizes change
+    after the program's persistent device buffers were made (NumPy arrays where CuPy is absent)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    out = tmp_path / "args.json"
+    proc = subprocess.run(mpiexec_argv(nprocs, ["-m", "distsdfg.testing.gpu_args", str(out)], timeout=900),
+                          env=env, cwd=str(tmp_path), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = json.loads(out.read_text())
+    assert [r["check"] for r in records] == ["matmul 256x192x128", "matmul 64x48x40", "matmul 256x192x128",
+                                             "affine in place"]
+    for r in records:
+        assert r["kind"] == ("cupy" if _has_cupy() else "numpy"), r
+        assert r["rel_err"] <= 1e-12, r

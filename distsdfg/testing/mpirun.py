@@ -1,12 +1,13 @@
 """Run sample-program cases under mpiexec; rank 0 checks against NumPy and writes JSON.
 
-    mpiexec -n 4 python -m mpi4py -m distsdfg.testing.mpirun OUT.json 'matmul:gemm_map=2,2,1' ...
+    mpiexec -n 4 python -m mpi4py -m distsdfg.testing.mpirun [--target gpu] OUT.json 'matmul:gemm_map=2,2,1' ...
 
 A case is ``program:label=grid;label=grid`` (a label matches MapInfo.label or key; ``*``
 names every map with as many parameters as the grid has entries). Each case is compiled once on rank 0.
 """
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import traceback
@@ -23,20 +24,20 @@ def parse_case(text: str):
     return prog, grids
 
 
-def run_case(text: str, comm):
+def run_case(text: str, comm, target: str = "cpu"):
     import distsdfg
     from distsdfg.testing.programs import get
     if text.endswith(":auto"):
-        return run_auto(text, comm)
+        return run_auto(text, comm, target)
     name, grids = parse_case(text)
     p = get(name)
     sdfg = p.sdfg()
     sched = distsdfg.schedule_by_label(sdfg, grids, fuzzy=True)   # "*": every kernel with that many parameters
-    distsdfg.lower(sdfg, sched)
+    distsdfg.lower(sdfg, sched, target=target)
     return _run_lowered(text, p, sdfg, sched, comm)
 
 
-def run_auto(text: str, comm):
+def run_auto(text: str, comm, target: str = "cpu"):
     """``program:auto``: the planner chooses the schedule for the communicator's size."""
     import distsdfg
     from distsdfg.runtime import symbol_values
@@ -47,7 +48,7 @@ def run_auto(text: str, comm):
     sizes = {k: v for k, v in values.items() if k in sdfg.symbols}
     sched = distsdfg.auto_schedule(sdfg, comm.size, **sizes) if comm.rank == 0 else None
     sched = comm.bcast(sched, root=0)            # plan on rank 0, like the lowering
-    distsdfg.lower(sdfg, sched)
+    distsdfg.lower(sdfg, sched, target=target)
     return _run_lowered(text, p, sdfg, sched.as_dict(), comm)
 
 
@@ -113,7 +114,10 @@ def run_cases(out_path: str, cases, run, quiet=("trace",)) -> None:
 
 
 def main(argv):
-    run_cases(argv[0], argv[1:], run_case)
+    target = "cpu"
+    if argv[:1] == ["--target"]:
+        target, argv = argv[1], argv[2:]
+    run_cases(argv[0], argv[1:], functools.partial(run_case, target=target))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,73 @@
+"""Arguments of target="gpu" programs on a GPU machine: CuPy arrays in and out, and calls whose
+sizes change (the program's device and pinned buffers are sized at initialisation).
+
+    mpiexec -n P python -m mpi4py -m distsdfg.testing.gpu_args OUT.json
+
+Uses CuPy arrays on rank 0 when CuPy imports, NumPy arrays otherwise; rank 0 writes one JSON
+record per check (``kind`` is the array module of what came back).
+"""
+import json
+import sys
+
+import numpy as np
+
+
+def _module():
+    try:
+        import cupy
+        return cupy
+    except Exception:       # not installed, or no usable CUDA runtime for it
+        return np
+
+
+def _rel_err(xp, out, ref) -> float:
+    out, ref = xp.asarray(out), xp.asarray(ref)
+    if out.shape != ref.shape:
+        return float("inf")
+    return float(xp.abs(out - ref).max() / max(float(xp.abs(ref).max()), 1e-300))
+
+
+def main(path: str) -> None:
+    from mpi4py import MPI
+
+    import distsdfg
+    from distsdfg.testing.programs import get
+    comm = MPI.COMM_WORLD
+    P = comm.size
+    xp = _module()
+    rng = np.random.default_rng(7)
+    records = []
+
+    # matmul, rows split: CuPy A and B on rank 0, the product comes back as a CuPy array;
+    # then two more calls with other sizes (the persistent buffers are re-made).
+    sdfg = get("matmul").sdfg()
+    sdfg.name = "gpu_args_matmul"
+    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"gemm_map": (P, 1, 1)}), target="gpu")
+    matmul = distsdfg.compile(sdfg)
+    for m, k, n in ((256, 192, 128), (64, 48, 40), (256, 192, 128)):
+        A, B = xp.asarray(rng.random((m, k))), xp.asarray(rng.random((k, n)))
+        C = matmul(A=A, B=B)
+        if comm.rank == 0:
+            records.append({"check": f"matmul {m}x{k}x{n}", "kind": type(C).__module__.split(".")[0],
+                            "rel_err": _rel_err(xp, C, A @ B)})
+
+    # an argument written in place (B = 2 A + 1, rows split): the CuPy array itself is updated.
+    p = get("affine")
+    sdfg = p.sdfg()
+    sdfg.name = "gpu_args_affine"
+    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"*": (P, 1)}, fuzzy=True), target="gpu")
+    affine = distsdfg.compile(sdfg)
+    A = xp.asarray(rng.random((64, 64)))
+    B = xp.zeros((64, 64))
+    affine(A=A, B=B)
+    if comm.rank == 0:
+        records.append({"check": "affine in place", "kind": type(B).__module__.split(".")[0],
+                        "rel_err": _rel_err(xp, B, 2.0 * A + 1.0)})
+        with open(path, "w") as f:
+            json.dump(records, f, indent=1)
+        for r in records:
+            print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -91,11 +91,11 @@ def run_cupy(n, repeats):
     sync = cp.cuda.Device().synchronize
     for dtype in DTYPES:
         A, B = _inputs(n, dtype)
-        dA, dB = cp.asarray(A), cp.asarray(B)
-        rows.append(_row("cupy (device)", dtype, n, _median_time(lambda: cp.matmul(dA, dB), repeats, sync)))
+        device = (cp.asarray(A), cp.asarray(B))
+        rows.append(_row("cupy (device)", dtype, n, _median_time(lambda: cp.matmul(*device), repeats, sync)))
         rows.append(_row("cupy (host in/out)", dtype, n,
                          _median_time(lambda: cp.asnumpy(cp.matmul(cp.asarray(A), cp.asarray(B))), repeats, sync)))
-        del dA, dB
+        device = None
         cp.get_default_memory_pool().free_all_blocks()
     return rows
 

@@ -12,7 +12,6 @@ import dataclasses
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
-import sympy
 from dace.sdfg import SDFG
 
 from . import dace_compat as dc

@@ -14,7 +14,7 @@ from dace.sdfg import SDFG, SDFGState, nodes
 from . import dace_compat as dc
 from .constraints import ArrayConstraint, KernelPlan, kernel_constraints
 from .errors import DistributedLoweringError, ScheduleError, UnsupportedProgramError
-from .kernels import Kernel, find_kernels
+from .kernels import find_kernels
 from .mpi import DistributedMemlet
 from .plan import Layout, StepSpec
 from .schedule import Schedule
@@ -451,7 +451,6 @@ class _Rewriter:
     # -- program order ----------------------------------------------------------------------------
     def events(self, states: List[SDFGState], plans: Dict[nodes.Node, KernelPlan]) -> List[Tuple]:
         """Kernels and rank-0 accesses of ``states`` in program order (before any rewriting)."""
-        from dace import data as dt
         out: List[Tuple] = []
         for st in states:
             for n in dc.top_level_nodes(st):

@@ -4,12 +4,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import sympy
 
 from . import dace_compat as dc
+
+if TYPE_CHECKING:
+    from .redistribute import CommPlan
 
 __all__ = ["Layout", "StepSpec", "RankBlock", "ConcreteStep", "ConcreteRedist", "CommStep", "HomeSpec",
            "HomeSolution", "solve_homes", "solve_step", "encode_plan", "comm_steps", "DTYPE_CODES", "OP_CODES",

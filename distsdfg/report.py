@@ -1,12 +1,15 @@
 """comm_report: the bytes every MPI call of a lowered program moves, per rank."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from dace.sdfg import SDFG
 
 from .plan import CommStep, comm_steps
 from .runtime import lowered_of, solve_plan
+
+if TYPE_CHECKING:
+    from .redistribute import CommPlan
 
 __all__ = ["comm_report", "comm_plans", "format_report", "bytes_per_kernel", "matmul_io_lower_bounds"]
 

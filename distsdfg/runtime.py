@@ -46,7 +46,6 @@ def solve_plan(low: Lowered, values: Dict[str, int], nranks: int) -> List[Concre
 def symbol_values(sdfg: SDFG, arrays: Dict[str, Any], given: Dict[str, Any]) -> Dict[str, int]:
     """Concrete values of the program's size symbols: given ones, then those read off array shapes."""
     import sympy
-    from dace import symbolic
     values = {k: int(v) for k, v in given.items()}
     for name, arr in arrays.items():
         desc = sdfg.arrays.get(name)

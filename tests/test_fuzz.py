@@ -1,7 +1,5 @@
 """A fixed fuzz sample (issue 5): every drawn (program, schedule, P) is right or refused up front."""
-import pytest
-
-from distsdfg.testing.fuzz import FuzzCase, draw_cases, run_cases, summarise
+from distsdfg.testing.fuzz import draw_cases, run_cases, summarise
 from distsdfg.testing.fuzz_corpus import CORPUS
 from distsdfg.runtime import _cached
 

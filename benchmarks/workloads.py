@@ -10,7 +10,7 @@ from typing import Callable, Dict, Tuple
 import dace
 import numpy as np
 
-from distsdfg.testing.programs import spmv as spmv_program
+from distsdfg.testing.programs import megatron_program, spmv as spmv_program
 
 __all__ = ["Workload", "WORKLOADS", "PRESETS", "get", "sizes_of"]
 
@@ -102,20 +102,8 @@ def mlp_ref(x, W1, b1, W2, b2):
 
 
 # -- Megatron attention: QKV projections, softmax, values, output projection, first MLP layer ---------
-@dace.program
-def megatron(x: dace.float32[B, S, E], WQ: dace.float32[E, H, EH], WK: dace.float32[E, H, EH],
-             WV: dace.float32[E, H, EH], WO: dace.float32[H, EH, E], W1: dace.float32[E, F]):
-    Q = np.einsum('bik,khj->bhij', x, WQ)
-    KT = np.einsum('bik,khj->bhji', x, WK)
-    V = np.einsum('bik,khj->bhij', x, WV)
-    scores = np.einsum('bhik,bhkj->bhij', Q, KT) / 4.0
-    rowmax = np.maximum.reduce(scores, axis=-1, keepdims=True)
-    ex = np.exp(scores - rowmax)
-    rowsum = np.add.reduce(ex, axis=-1, keepdims=True)
-    P = ex / rowsum
-    vals = np.einsum('bhik,bhkj->bhij', P, V)
-    out = np.einsum('bhse,hej->bsj', vals, WO)
-    return np.einsum('bsj,jf->bsf', out, W1)
+# The test suite's program, with sizes as symbols.
+megatron = megatron_program(B, S, E, H, EH, F)
 
 
 def _megatron_inputs(s, rng):

@@ -116,22 +116,30 @@ def mlp(x: dace.float64[32, 64], W1: dace.float64[64, 128], b1: dace.float64[128
 MB, MS, ME, MH, MEH, MF = 2, 16, 32, 4, 8, 24
 
 
-@dace.program
-def megatron(x: dace.float32[MB, MS, ME], WQ: dace.float32[ME, MH, MEH], WK: dace.float32[ME, MH, MEH],
-             WV: dace.float32[ME, MH, MEH], WO: dace.float32[MH, MEH, ME], W1: dace.float32[ME, MF]):
+def megatron_program(B, S, E, H, EH, F):
     """Multi-head self-attention (keys projected transposed), output projection over heads, then
-    the first (column-parallel) layer of the MLP that follows in a transformer block."""
-    Q = np.einsum('bik,khj->bhij', x, WQ)
-    KT = np.einsum('bik,khj->bhji', x, WK)
-    V = np.einsum('bik,khj->bhij', x, WV)
-    scores = np.einsum('bhik,bhkj->bhij', Q, KT) / 4.0
-    rowmax = np.maximum.reduce(scores, axis=-1, keepdims=True)
-    ex = np.exp(scores - rowmax)
-    rowsum = np.add.reduce(ex, axis=-1, keepdims=True)
-    P = ex / rowsum
-    vals = np.einsum('bhik,bhkj->bhij', P, V)
-    out = np.einsum('bhse,hej->bsj', vals, WO)
-    return np.einsum('bsj,jf->bsf', out, W1)
+    the first (column-parallel) layer of the MLP that follows in a transformer block; sizes are
+    numbers or DaCe symbols (the benchmarks use symbols)."""
+
+    @dace.program
+    def megatron(x: dace.float32[B, S, E], WQ: dace.float32[E, H, EH], WK: dace.float32[E, H, EH],
+                 WV: dace.float32[E, H, EH], WO: dace.float32[H, EH, E], W1: dace.float32[E, F]):
+        Q = np.einsum('bik,khj->bhij', x, WQ)
+        KT = np.einsum('bik,khj->bhji', x, WK)
+        V = np.einsum('bik,khj->bhij', x, WV)
+        scores = np.einsum('bhik,bhkj->bhij', Q, KT) / 4.0
+        rowmax = np.maximum.reduce(scores, axis=-1, keepdims=True)
+        ex = np.exp(scores - rowmax)
+        rowsum = np.add.reduce(ex, axis=-1, keepdims=True)
+        P = ex / rowsum
+        vals = np.einsum('bhik,bhkj->bhij', P, V)
+        out = np.einsum('bhse,hej->bsj', vals, WO)
+        return np.einsum('bsj,jf->bsf', out, W1)
+
+    return megatron
+
+
+megatron = megatron_program(MB, MS, ME, MH, MEH, MF)
 
 
 def _megatron_ref(x, WQ, WK, WV, WO, W1):

@@ -223,67 +223,150 @@ inline void check(int err, const char* what) {
     if (err != MPI_SUCCESS) throw std::runtime_error(std::string("distsdfg: MPI call failed: ") + what);
 }
 
+/// Where the box (start, size) of a row-major array of ``shape``, whose element [origin] comes
+/// first, lies when its elements form one contiguous run in order: the run's first element;
+/// -1 when they do not (then the box is packed).
+inline int64_t dense_run(int64_t nd, const int64_t* shape, const int64_t* origin, const int64_t* start,
+                         const int64_t* size) {
+    int64_t count = 1;
+    for (int64_t d = 0; d < nd; ++d) count *= size[d];
+    if (count == 0) return 0;
+    int64_t k = nd - 1;     // the dimensions right of k are whole
+    while (k >= 0 && start[k] == origin[k] && size[k] == shape[k]) --k;
+    for (int64_t d = 0; d < k; ++d)
+        if (size[d] != 1) return -1;
+    int64_t off = 0;
+    for (int64_t d = nd - 1, stride = 1; d >= 0; --d) {
+        off += (start[d] - origin[d]) * stride;
+        stride *= shape[d];
+    }
+    return off;
+}
+
+/// The run of rank q's block in the global array (-1: not one run, or the global array is a
+/// strided view).
+inline int64_t global_run(const Step& s, int64_t q) {
+    const int64_t nd = s.ndim();
+    for (int64_t d = nd - 1, stride = 1; d >= 0; --d) {
+        if (s.gshape()[d] > 1 && s.gstrides()[d] != stride) return -1;
+        stride *= s.gshape()[d];
+    }
+    static const int64_t zero[16] = {0};
+    return dense_run(nd, s.gshape(), zero, s.start(q), s.size(q));
+}
+
+/// Displacements that let Scatterv/Gatherv use the global array itself: every member's block
+/// is one run there, the runs are disjoint and int-addressable. Empty when not.
+inline std::vector<int> global_displs(const Step& s, const std::vector<int64_t>& mem) {
+    std::vector<std::pair<int64_t, int64_t>> runs;
+    std::vector<int> displs;
+    for (int64_t q : mem) {
+        int64_t off = global_run(s, q), n = s.count(q);
+        if (off < 0 || off + n > std::numeric_limits<int>::max()) return {};
+        if (n > 0) runs.push_back({off, n});
+        displs.push_back(int(off));
+    }
+    std::sort(runs.begin(), runs.end());
+    for (size_t i = 1; i < runs.size(); ++i)
+        if (runs[i - 1].first + runs[i - 1].second > runs[i].first) return {};
+    return displs;
+}
+
+/// Whether [a, a + na) and [b, b + nb) share memory (MPI forbids aliased send and receive buffers).
+template <typename T>
+inline bool overlaps(const T* a, int64_t na, const T* b, int64_t nb) {
+    auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+    return x < y + nb * sizeof(T) && y < x + na * sizeof(T);
+}
+
+inline int64_t volume(int64_t nd, const int64_t* shape) {
+    int64_t n = 1;
+    for (int64_t d = 0; d < nd; ++d) n *= shape[d];
+    return n;
+}
+
 template <typename T>
 void scatter(const Step& s, const T* global, T* local, int me) {
-    static const int64_t zero[16] = {0};
     MPI_Datatype ty = mpi_type(s.dtype());
-    std::vector<T> mine(s.count(me));
+    const int64_t n = s.count(me);
+    // Receive straight into the local buffer when my block is one run of it.
+    int64_t loff = dense_run(s.ndim(), s.lshape(), s.origin(me), s.start(me), s.size(me));
+    if (me == 0 && loff >= 0 && overlaps(local, volume(s.ndim(), s.lshape()), global, s.gextent())) loff = -1;
+    std::vector<T> mine(loff < 0 ? n : 0);
+    T* recv = loff < 0 ? mine.data() : local + loff;
     // Comm_split is collective over the world: every rank splits, members or not.
     MPI_Comm pc = split(s, true);
     MPI_Comm rc = (s.flags() & F_REPL) ? split(s, false) : MPI_COMM_NULL;
     if (s.pcolor(me) >= 0) {
         auto mem = members(s, true, s.pcolor(me));
-        std::vector<int> counts(mem.size()), displs(mem.size());
+        std::vector<int> counts(mem.size()), displs;
         std::vector<T> sendbuf;
+        const T* send = global;
         if (me == 0) {
-            int64_t total = 0;
-            for (size_t i = 0; i < mem.size(); ++i) {
-                counts[i] = int(s.count(mem[i]));
-                displs[i] = int(total);
-                total += counts[i];
+            for (size_t i = 0; i < mem.size(); ++i) counts[i] = int(s.count(mem[i]));
+            displs = global_displs(s, mem);     // send from the global array itself
+            if (displs.empty()) {               // else pack the blocks one after another
+                int64_t total = 0;
+                displs.resize(mem.size());
+                for (size_t i = 0; i < mem.size(); ++i) {
+                    displs[i] = int(total);
+                    total += counts[i];
+                }
+                sendbuf.resize(total);
+                for (size_t i = 0; i < mem.size(); ++i) pack_global(s, global, mem[i], sendbuf.data() + displs[i]);
+                send = sendbuf.data();
             }
-            sendbuf.resize(total);
-            for (size_t i = 0; i < mem.size(); ++i) pack_global(s, global, mem[i], sendbuf.data() + displs[i]);
         }
-        check(MPI_Scatterv(sendbuf.data(), counts.data(), displs.data(), ty, mine.data(), int(mine.size()), ty, 0, pc),
-              "Scatterv");
+        check(MPI_Scatterv(send, counts.data(), displs.data(), ty, recv, int(n), ty, 0, pc), "Scatterv");
     }
     if ((s.flags() & F_REPL) && s.rcolor(me) >= 0) {
-        check(MPI_Bcast(mine.data(), int(mine.size()), ty, 0, rc), "Bcast");
+        check(MPI_Bcast(recv, int(n), ty, 0, rc), "Bcast");
     }
-    unpack(s, local, s.lshape(), s.origin(me), me, mine.data());
+    if (loff < 0) unpack(s, local, s.lshape(), s.origin(me), me, mine.data());
 }
 
 template <typename T>
 void gather(const Step& s, const T* local, T* global, int me, bool reduce) {
-    static const int64_t zero[16] = {0};
     MPI_Datatype ty = mpi_type(s.dtype());
-    int64_t n = s.count(me);
-    std::vector<T> mine(n);
-    pack(s, local, s.lshape(), s.origin(me), me, mine.data());
+    const int64_t n = s.count(me);
+    // Send straight from the local buffer when my block is one run of it.
+    const int64_t loff = dense_run(s.ndim(), s.lshape(), s.origin(me), s.start(me), s.size(me));
+    std::vector<T> mine(loff < 0 ? n : 0);
+    if (loff < 0) pack(s, local, s.lshape(), s.origin(me), me, mine.data());
+    const T* send = loff < 0 ? mine.data() : local + loff;
     MPI_Comm pc = split(s, true);
     MPI_Comm rc = (s.flags() & F_REPL) ? split(s, false) : MPI_COMM_NULL;
     if (reduce && (s.flags() & F_REPL) && s.rcolor(me) >= 0) {
         std::vector<T> red(s.rkey(me) == 0 ? n : 0);
-        check(MPI_Reduce(mine.data(), red.data(), int(n), ty, mpi_op(s.op()), 0, rc), "Reduce");
-        if (s.rkey(me) == 0) mine.swap(red);
+        check(MPI_Reduce(send, red.data(), int(n), ty, mpi_op(s.op()), 0, rc), "Reduce");
+        if (s.rkey(me) == 0) {
+            mine.swap(red);
+            send = mine.data();
+        }
     }
     if (s.pcolor(me) < 0) return;
     auto mem = members(s, true, s.pcolor(me));
     std::vector<int> counts(mem.size()), displs(mem.size());
-    std::vector<T> recvbuf;
     int64_t total = 0;
     for (size_t i = 0; i < mem.size(); ++i) {
         counts[i] = int(s.count(mem[i]));
         displs[i] = int(total);
         total += counts[i];
     }
+    const bool acc = s.flags() & F_ACC, merge = s.flags() & F_MERGE, mask = s.flags() & F_MASK;
+    if (me == 0 && !merge && !(reduce && (acc || mask))) {     // a plain copy: receive in place if we can
+        std::vector<int> direct = global_displs(s, mem);
+        if (!direct.empty() && !overlaps(send, n, static_cast<const T*>(global), s.gextent())) {
+            check(MPI_Gatherv(send, int(n), ty, global, counts.data(), direct.data(), ty, 0, pc), "Gatherv");
+            return;
+        }
+    }
+    std::vector<T> recvbuf;
     if (me == 0) recvbuf.resize(total);
-    check(MPI_Gatherv(mine.data(), int(n), ty, recvbuf.data(), counts.data(), displs.data(), ty, 0, pc), "Gatherv");
+    check(MPI_Gatherv(send, int(n), ty, recvbuf.data(), counts.data(), displs.data(), ty, 0, pc), "Gatherv");
     if (me != 0) return;
     const int64_t nd = s.ndim();
     const int64_t gsize = s.gextent();
-    const bool acc = s.flags() & F_ACC, merge = s.flags() & F_MERGE, mask = s.flags() & F_MASK;
     std::vector<T> snapshot;
     std::vector<char> seen;
     if (merge) snapshot.assign(global, global + gsize);

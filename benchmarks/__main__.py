@@ -35,8 +35,8 @@ from .workloads import PRESETS, WORKLOADS, sizes_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTENDERS = ("distsdfg", "mpi4py", "dace", "dask", "heat")
-HEAT_NOTE = ("heat 1.8.0 requires torch<2.11.1 and torchvision~=0.18; the registries here offer torch 2.13.0 "
-             "(CPU) and no matching torchvision")
+HEAT_NOTE = ("heat 1.8.0 requires torch<2.11.1 and imports torchvision; here torch is 2.13.0 (CPU) and the only "
+             "torchvision for it (0.28.0) is a CUDA build whose extension does not load with a CPU torch")
 
 
 def environment(extra: Optional[dict] = None) -> Dict[str, str]:

@@ -40,7 +40,7 @@ def _rand(rng, *shape, dtype=np.float64):
 
 
 # -- matmul -------------------------------------------------------------------------------------------
-M, N, K, S, T, H, B, E, EH, F = (dace.symbol(x) for x in ("M", "N", "K", "S", "T", "H", "B", "E", "EH", "F"))
+M, N, K, S, T, H, B = (dace.symbol(x) for x in ("M", "N", "K", "S", "T", "H", "B"))
 NB, NI, NH, NO = (dace.symbol(x) for x in ("NB", "NI", "NH", "NO"))
 
 
@@ -102,8 +102,10 @@ def mlp_ref(x, W1, b1, W2, b2):
 
 
 # -- Megatron attention: QKV projections, softmax, values, output projection, first MLP layer ---------
-# The test suite's program, with sizes as symbols.
-megatron = megatron_program(B, S, E, H, EH, F)
+# The test suite's program, with sizes as symbols. Not named B, S, ...: DaCe 1.0.2's MKL batched
+# GEMM declares C++ locals `A`, `B` and `C`, which would shadow a size symbol `B`.
+MB, MS, ME, MH, MEH, MF = (dace.symbol(x) for x in ("MB", "MS", "ME", "MH", "MEH", "MF"))
+megatron = megatron_program(MB, MS, ME, MH, MEH, MF)
 
 
 def _megatron_inputs(s, rng):
@@ -190,7 +192,8 @@ WORKLOADS: Dict[str, Workload] = {w.name: w for w in [
     Workload("megatron", megatron, _megatron_inputs, megatron_ref,
              {"tiny": dict(B=2, S=8, E=16, H=4, F=16), "small": dict(B=2, S=64, E=128, H=4, F=256),
               "documented": dict(B=4, S=128, E=256, H=8, F=1024)},
-             lambda s, inputs: {"B": s["B"], "S": s["S"], "E": s["E"], "H": s["H"], "EH": s["E"] // s["H"], "F": s["F"]},
+             lambda s, inputs: {"MB": s["B"], "MS": s["S"], "ME": s["E"], "MH": s["H"], "MEH": s["E"] // s["H"],
+                                "MF": s["F"]},
              rtol=1e-4, describe=lambda s: f"B={s['B']} S={s['S']} E={s['E']} H={s['H']} F={s['F']} float32"),
     Workload("elementwise", elementwise, lambda s, r: {"x": _rand(r, s["N"]), "y": _rand(r, s["N"])},
              elementwise_ref, {"tiny": dict(N=1000), "small": dict(N=200_000), "documented": dict(N=4_000_000)},

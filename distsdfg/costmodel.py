@@ -388,10 +388,10 @@ def layout_bytes(src: Tuple, sshape, dst: Tuple, dshape, P: int) -> int:
     for q, k in enumerate(keys):
         if k is not None:
             groups.setdefault(k, []).append(q)
-    reps = [g[0] for g in groups.values()]
-    clean = all(inter(s0[a], s1[a], s0[b], s1[b]) == 0 for i, a in enumerate(reps) for b in reps[i + 1:])
+    reps = np.array([g[0] for g in groups.values()], dtype=np.int64)
+    clean = _disjoint(s0[reps], s1[reps], inter)
     need = vol(d1) > 0
-    inside = all(not need[q] or (have[q] and inter(s0[q], s1[q], d0[q], d1[q]) == vol(d1[q])) for q in range(P))
+    inside = bool(np.all(~need | (have & (inter(s0, s1, d0, d1) == vol(d1)))))
     if clean and inside:
         total = 0
         for g in groups.values():
@@ -405,9 +405,43 @@ def layout_bytes(src: Tuple, sshape, dst: Tuple, dshape, P: int) -> int:
             else:
                 total += (k - 1) * int(sum(vol(d1[q]) for q in g))        # Reduce_scatter
         return total
-    cross = inter(s0[:, None, :], s1[:, None, :], d0[None, :, :], d1[None, :, :])
-    np.fill_diagonal(cross, 0)
-    return int(cross.sum())                                                # Alltoallv
+    total = 0                                                              # Alltoallv
+    for lo in range(0, P, _CHUNK):        # rank pairs in slices: P x P boxes do not fit memory at P = 4096
+        hi = min(lo + _CHUNK, P)
+        cross = inter(s0[lo:hi, None, :], s1[lo:hi, None, :], d0[None, :, :], d1[None, :, :])
+        total += int(cross.sum()) - int(cross[np.arange(hi - lo), np.arange(lo, hi)].sum())
+    return total
+
+
+#: Source ranks per slice when pricing all rank pairs.
+_CHUNK = 256
+
+
+def _disjoint(start, size, inter) -> bool:
+    """Whether the boxes (one per row; all distinct and non-empty) are pairwise disjoint.
+
+    Boxes cut from grids have, per dimension, intervals that are equal or disjoint; then two
+    distinct boxes differ in some dimension's interval and cannot meet (checked in O(n log n)).
+    Other boxes are compared pair by pair, in slices."""
+    import numpy as np
+    n = len(start)
+    if n < 2:
+        return True
+    gridlike = True
+    for d in range(start.shape[1]):
+        iv = np.unique(np.stack([start[:, d], size[:, d]], axis=1), axis=0)    # sorted by start
+        if np.any(iv[:-1, 0] + iv[:-1, 1] > iv[1:, 0]):
+            gridlike = False
+            break
+    if gridlike:
+        return True
+    for lo in range(0, n, _CHUNK):
+        hi = min(lo + _CHUNK, n)
+        cross = inter(start[lo:hi, None, :], size[lo:hi, None, :], start[None, :, :], size[None, :, :])
+        cross[np.arange(hi - lo), np.arange(lo, hi)] = 0
+        if cross.any():
+            return False
+    return True
 
 
 @dataclasses.dataclass

@@ -159,13 +159,15 @@ def plot_times(rows: Sequence[Row], path: str) -> bool:
         procs = sorted({r["nprocs"] for r in mine})
         width = 0.8 / max(len(contenders), 1)
         for i, c in enumerate(contenders):
+            labelled = False        # one legend entry per contender (its first bar; not every P has every contender)
             for j, p in enumerate(procs):
                 r = next((x for x in mine if x["contender"] == c and x["nprocs"] == p), None)
                 if r is None:
                     continue
                 x = j + (i - len(contenders) / 2) * width
-                ax.bar(x, r["median"] * 1e3, width, color=colors[c], label=c if j == 0 else None,
+                ax.bar(x, r["median"] * 1e3, width, color=colors[c], label=None if labelled else c,
                        yerr=[[(r["median"] - r["min"]) * 1e3], [(r["max"] - r["median"]) * 1e3]], capsize=1.5)
+                labelled = True
         ax.set_xticks(range(len(procs)), [f"P={p}" for p in procs])
         ax.set_yscale("log")
         ax.set_title(w, fontsize=10)

@@ -355,22 +355,35 @@ def root_bytes(sig: Tuple, shape, P: int, what: str) -> int:
     return int(sum(vol[q] for q in first.values() if q != 0))
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _reshaped(start: Tuple[int, ...], size: Tuple[int, ...], vshape: Tuple[int, ...], tshape: Tuple[int, ...]):
+    """``redistribute.reshape_box``, remembered (the planner asks for the same blocks of the
+    same views again and again); None where the block is not a block of the other shape."""
+    from .redistribute import reshape_box
+    try:
+        return reshape_box((start, size), vshape, tshape)
+    except ValueError:
+        return None
+
+
 def layout_bytes(src: Tuple, sshape, dst: Tuple, dshape, P: int) -> int:
     """Elements the redistribution from layout ``src`` to ``dst`` moves (redistribute.py's rules)."""
     import numpy as np
     s0, s1 = _boxes(src, sshape, P)
     d0, d1 = _boxes(dst, dshape, P)
     if tuple(sshape) != tuple(dshape):
-        from .redistribute import reshape_box
-        conv0, conv1 = np.zeros((P, len(sshape)), np.int64), np.zeros((P, len(sshape)), np.int64)
-        for q in range(P):
-            if np.all(d1[q] > 0):
-                try:
-                    b = reshape_box((tuple(d0[q]), tuple(d1[q])), dshape, sshape)
-                except ValueError:
+        # each distinct block once (ranks that replicate a block share it)
+        boxes, which = np.unique(np.concatenate([d0, d1], axis=1), axis=0, return_inverse=True)
+        nd = d0.shape[1]
+        conv = np.zeros((len(boxes), 2 * len(sshape)), np.int64)
+        for i, box in enumerate(boxes):
+            if np.all(box[nd:] > 0):
+                b = _reshaped(tuple(map(int, box[:nd])), tuple(map(int, box[nd:])), tuple(dshape), tuple(sshape))
+                if b is None:
                     return int(P * math.prod(sshape))       # not expressible: a full exchange
-                conv0[q], conv1[q] = b
-        d0, d1 = conv0, conv1
+                conv[i] = b[0] + b[1]
+        conv = conv[np.asarray(which).reshape(-1)]
+        d0, d1 = conv[:, :len(sshape)], conv[:, len(sshape):]
     vol = lambda sz: np.prod(np.maximum(sz, 0), axis=-1)  # noqa: E731
 
     def inter(a0, a1, b0, b1):

@@ -418,16 +418,23 @@ def layout_bytes(src: Tuple, sshape, dst: Tuple, dshape, P: int) -> int:
             else:
                 total += (k - 1) * int(sum(vol(d1[q]) for q in g))        # Reduce_scatter
         return total
-    total = 0                                                              # Alltoallv
-    for lo in range(0, P, _CHUNK):        # rank pairs in slices: P x P boxes do not fit memory at P = 4096
-        hi = min(lo + _CHUNK, P)
-        cross = inter(s0[lo:hi, None, :], s1[lo:hi, None, :], d0[None, :, :], d1[None, :, :])
-        total += int(cross.sum()) - int(cross[np.arange(hi - lo), np.arange(lo, hi)].sum())
-    return total
+    return sum(int(cross.sum()) for cross in _pairs(s0, s1, d0, d1, inter))   # Alltoallv
 
 
 #: Source ranks per slice when pricing all rank pairs.
 _CHUNK = 256
+
+
+def _pairs(a0, a1, b0, b1, inter):
+    """``inter`` of box a[i] with box b[j] for every pair i != j, in slices of rows (P x P boxes do
+    not fit memory at P = 4096)."""
+    import numpy as np
+    n = len(a0)
+    for lo in range(0, n, _CHUNK):
+        hi = min(lo + _CHUNK, n)
+        cross = inter(a0[lo:hi, None, :], a1[lo:hi, None, :], b0[None, :, :], b1[None, :, :])
+        cross[np.arange(hi - lo), np.arange(lo, hi)] = 0
+        yield cross
 
 
 def _disjoint(start, size, inter) -> bool:
@@ -440,21 +447,14 @@ def _disjoint(start, size, inter) -> bool:
     n = len(start)
     if n < 2:
         return True
-    gridlike = True
-    for d in range(start.shape[1]):
+
+    def equal_or_disjoint(d):
         iv = np.unique(np.stack([start[:, d], size[:, d]], axis=1), axis=0)    # sorted by start
-        if np.any(iv[:-1, 0] + iv[:-1, 1] > iv[1:, 0]):
-            gridlike = False
-            break
-    if gridlike:
+        return not np.any(iv[:-1, 0] + iv[:-1, 1] > iv[1:, 0])
+
+    if all(equal_or_disjoint(d) for d in range(start.shape[1])):
         return True
-    for lo in range(0, n, _CHUNK):
-        hi = min(lo + _CHUNK, n)
-        cross = inter(start[lo:hi, None, :], size[lo:hi, None, :], start[None, :, :], size[None, :, :])
-        cross[np.arange(hi - lo), np.arange(lo, hi)] = 0
-        if cross.any():
-            return False
-    return True
+    return not any(cross.any() for cross in _pairs(start, size, start, size, inter))
 
 
 @dataclasses.dataclass

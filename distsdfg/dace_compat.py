@@ -346,6 +346,13 @@ def from_json(text: str) -> SDFG:
     return SDFG.from_json(json.loads(text))
 
 
+def reinitialise(compiled) -> None:
+    """Make a CompiledSDFG initialise itself again on its next call (DaCe sizes persistent
+    buffers at initialisation and never again)."""
+    if getattr(compiled, "_initialized", False):
+        compiled.finalize()
+
+
 class allow_view_arguments:
     """Context: let a compiled SDFG take NumPy views as array arguments (we check contiguity)."""
 

@@ -178,8 +178,8 @@ class DistributedProgram:
         if not self._persistent:
             return
         key = tuple((s, call.get(s)) for s in self._free_symbols)
-        if getattr(self, "_init_key", key) != key and getattr(self._compiled, "_initialized", False):
-            self._compiled.finalize()
+        if getattr(self, "_init_key", key) != key:
+            dc.reinitialise(self._compiled)
         self._init_key = key
 
     @functools.cached_property

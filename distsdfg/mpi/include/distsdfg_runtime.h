@@ -223,14 +223,18 @@ inline void check(int err, const char* what) {
     if (err != MPI_SUCCESS) throw std::runtime_error(std::string("distsdfg: MPI call failed: ") + what);
 }
 
+inline int64_t volume(int64_t nd, const int64_t* shape) {
+    int64_t n = 1;
+    for (int64_t d = 0; d < nd; ++d) n *= shape[d];
+    return n;
+}
+
 /// Where the box (start, size) of a row-major array of ``shape``, whose element [origin] comes
 /// first, lies when its elements form one contiguous run in order: the run's first element;
 /// -1 when they do not (then the box is packed).
 inline int64_t dense_run(int64_t nd, const int64_t* shape, const int64_t* origin, const int64_t* start,
                          const int64_t* size) {
-    int64_t count = 1;
-    for (int64_t d = 0; d < nd; ++d) count *= size[d];
-    if (count == 0) return 0;
+    if (volume(nd, size) == 0) return 0;
     int64_t k = nd - 1;     // the dimensions right of k are whole
     while (k >= 0 && start[k] == origin[k] && size[k] == shape[k]) --k;
     for (int64_t d = 0; d < k; ++d)
@@ -277,12 +281,6 @@ template <typename T>
 inline bool overlaps(const T* a, int64_t na, const T* b, int64_t nb) {
     auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
     return x < y + nb * sizeof(T) && y < x + na * sizeof(T);
-}
-
-inline int64_t volume(int64_t nd, const int64_t* shape) {
-    int64_t n = 1;
-    for (int64_t d = 0; d < nd; ++d) n *= shape[d];
-    return n;
 }
 
 template <typename T>
@@ -670,8 +668,7 @@ template <typename T>
 void fill(const Step& s, T* local, int me) {
     // F_ACC: the block holds a value to accumulate into; its first holder keeps it.
     if ((s.flags() & F_ACC) && s.pcolor(me) == 0) return;
-    int64_t n = 1;
-    for (int64_t d = 0; d < s.ndim(); ++d) n *= s.lshape()[d];
+    const int64_t n = volume(s.ndim(), s.lshape());
     T v = Ops<T>::identity(s.op());
     for (int64_t i = 0; i < n; ++i) local[i] = v;
 }

@@ -56,13 +56,18 @@ def main_maps(sdfg: SDFG):
 
 
 def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[int] = None,
-          target: str = "cpu", plan_options: Optional[dict] = None, placement=None) -> SDFG:
+          target: str = "cpu", plan_options: Optional[dict] = None, placement=None,
+          cuda_aware_mpi: bool = False) -> SDFG:
     """Lower ``sdfg`` in place to an SPMD program that follows ``schedule``; returns ``sdfg``.
 
     ``schedule="auto"`` plans one with ``auto_schedule(sdfg, nprocs, **plan_options)`` (with
     distributed placement, boundaries priced as free). ``placement``: ``"root"`` (default: rank 0
     passes and receives arrays whole), ``"distributed"`` (every rank passes its own block, see
     ``distsdfg.layout``), or ``{array: "root" | "distributed", "*": default}``.
+
+    ``target="gpu"`` runs the ranks' kernels on their GPUs; communication is staged through
+    pinned host buffers, or, with ``cuda_aware_mpi=True``, MPI gets the device buffers directly
+    (needs an MPI built with CUDA support; checked before every call).
     """
     if isinstance(schedule, str):
         from .placement import boundary_pricing
@@ -75,7 +80,9 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
         schedule = auto_schedule(sdfg, nprocs, **(plan_options or {}))
     if target not in ("cpu", "gpu"):
         raise DistributedLoweringError(f"target {target!r} is not supported; use 'cpu' or 'gpu'")
-    return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement)
+    if cuda_aware_mpi and target != "gpu":
+        raise DistributedLoweringError("cuda_aware_mpi=True hands GPU buffers to MPI: it needs target='gpu'")
+    return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement, cuda_aware_mpi=cuda_aware_mpi)
 
 
 def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=None) -> DistributedProgram:  # noqa: A001
@@ -91,5 +98,6 @@ def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=
         low = lowered_of(sdfg)
         original = dc.from_json(low.source)
         if placed_arrays(original, placement) != set(low.boundary):
-            sdfg = lower_sdfg(original, low.schedule, target=low.target, placement=placement)
+            sdfg = lower_sdfg(original, low.schedule, target=low.target, placement=placement,
+                              cuda_aware_mpi=low.comm == "device")
     return compile_distributed(sdfg, comm=comm, verbose=verbose)

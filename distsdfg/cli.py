@@ -122,7 +122,8 @@ def cmd_run(args):
     if args.here or args.compile_only:
         sys.exit(run_program(args.program, schedule=args.schedule, sizes=_sizes(args.sizes), nprocs=args.n,
                              target=args.target, check=args.check, seed=args.seed, compile_only=args.compile_only,
-                             verbose=args.verbose, rebuild=args.rebuild, save=args.save, placement=args.placement))
+                             verbose=args.verbose, rebuild=args.rebuild, save=args.save, placement=args.placement,
+                             cuda_aware_mpi=args.cuda_aware_mpi))
     from distsdfg.launch import launcher_argv
     n = args.n or 1
     inner = ["-m", "distsdfg", "run", args.program, "-n", str(n), "--target", args.target, "--seed", str(args.seed),
@@ -131,9 +132,9 @@ def cmd_run(args):
         inner += ["--schedule"] + list(args.schedule)
     if args.sizes:
         inner += ["--sizes"] + list(args.sizes)
-    for flag in ("check", "verbose", "rebuild"):
+    for flag in ("check", "verbose", "rebuild", "cuda_aware_mpi"):
         if getattr(args, flag):
-            inner.append("--" + flag)
+            inner.append("--" + flag.replace("_", "-"))
     if args.save:
         inner += ["--save", os.path.abspath(args.save)]
     sys.exit(_launch(launcher_argv(n, inner, timeout=args.timeout), args.timeout))
@@ -150,6 +151,8 @@ def cmd_slurm(args):
         run_args.append("--check")
     if args.placement != "root":
         run_args += ["--placement", args.placement]
+    if args.cuda_aware_mpi:
+        run_args.append("--cuda-aware-mpi")
     job = SlurmJob(args.program, nodes=args.nodes, ntasks_per_node=args.ntasks_per_node,
                    gpus_per_node=args.gpus_per_node, cpus_per_task=args.cpus_per_task, time=args.time,
                    partition=args.partition, account=args.account, constraint=args.constraint,
@@ -194,6 +197,8 @@ def main(argv=None):
     p.add_argument("-n", type=int, default=None, help="number of ranks")
     _schedule_args(p)
     p.add_argument("--target", default="cpu", choices=["cpu", "gpu"])
+    p.add_argument("--cuda-aware-mpi", action="store_true",
+                   help="with --target gpu: MPI gets the GPU buffers directly (needs an MPI built with CUDA)")
     p.add_argument("--check", action="store_true", help="compare with a single-process run on rank 0")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--timeout", type=float, default=900)
@@ -240,6 +245,7 @@ def main(argv=None):
     p.add_argument("--module", action="append", help="a module to load (repeatable)")
     p.add_argument("--env", action="append", help="K=V to export (repeatable)")
     p.add_argument("--target", default="cpu", choices=["cpu", "gpu"])
+    p.add_argument("--cuda-aware-mpi", action="store_true", help="with --target gpu: MPI on the GPU buffers")
     _schedule_args(p)
     p.add_argument("--check", action="store_true")
     p.add_argument("--job-name")

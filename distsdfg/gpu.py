@@ -1,11 +1,15 @@
-"""target="gpu": rank-local kernels run as CUDA kernels; communication is staged through host memory.
+"""target="gpu": rank-local kernels run as CUDA kernels; MPI on host copies or on device buffers.
 
 After the distributed lowering, :class:`OffloadKernels` gives every top-level map a
 ``GPU_Device`` schedule and every library node (MatMul, Reduce, einsum, ...) a GPU schedule,
-moves the kernels' local buffers (and home buffers) to ``GPU_Global`` memory, and stages each
-``DistributedMemlet`` through a pinned host buffer (a device-to-host copy before it sends, a
-host-to-device copy after it receives), so MPI always sees host pointers. Device and staging
-buffers are allocated once per program (persistent), not on every call.
+moves the kernels' local buffers (and home buffers) to ``GPU_Global`` memory, and by default
+stages each ``DistributedMemlet`` through a pinned host buffer (a device-to-host copy before it
+sends, a host-to-device copy after it receives), so MPI always sees host pointers. With
+``cuda_aware_mpi=True`` there is no staging: :class:`DeviceBufferComm` makes every step hand its
+GPU buffers to MPI directly (the runtime's ``DeviceMem`` policy: boxes copied with
+``cudaMemcpy2D``, temporaries in device memory), which needs an MPI built with CUDA support
+(:func:`require_cuda_aware_mpi` checks before a call). Device and staging buffers are allocated
+once per program (persistent), not on every call.
 
 :func:`build_settings` makes DaCe 1.0.2's generated CUDA build with CUDA 12 and 13 without
 touching site-packages: an architecture nvcc accepts, C++17 for host and device code (CUDA 13's
@@ -32,7 +36,8 @@ from dace.transformation import pass_pipeline as ppl
 
 from .errors import DistributedLoweringError, UnsupportedProgramError
 
-__all__ = ["OffloadKernels", "build_settings", "gpu_available", "nvcc_path", "cuda_arch", "has_cublas", "COMPAT_HEADER"]
+__all__ = ["OffloadKernels", "DeviceBufferComm", "build_settings", "gpu_available", "nvcc_path", "cuda_arch",
+           "has_cublas", "mpi_cuda_support", "require_cuda_aware_mpi", "COMPAT_HEADER"]
 
 #: Thread-block shape of a kernel by its map's dimensions (DaCe maps the last parameter to x).
 BLOCK_SIZES = ((256, 1, 1), (32, 8, 1), (32, 4, 2))
@@ -73,6 +78,45 @@ def gpu_available() -> bool:
         return lib.cuInit(0) == 0 and lib.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
     except AttributeError:
         return False
+
+
+#: Sonames of MPI libraries that may export ``MPIX_Query_cuda_support`` (MPICH and its derivatives, Open MPI).
+_MPI_LIBS = ("libmpi.so.12", "libmpi.so.40", "libmpi_cray.so.12", "libmpi.so")
+
+
+def mpi_cuda_support() -> Optional[bool]:
+    """Whether the MPI library this process uses accepts device pointers: ``MPIX_Query_cuda_support()``
+    of MPICH (4.0 on) or Open MPI; ``None`` when the library does not say. Call it after MPI is
+    initialised (mpi4py's ``MPI`` imported)."""
+    for name in _MPI_LIBS:
+        try:
+            lib = ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)    # only an MPI already loaded
+        except OSError:
+            continue
+        query = getattr(lib, "MPIX_Query_cuda_support", None)
+        if query is not None:
+            query.restype = ctypes.c_int
+            return bool(query())
+        return None
+    return None
+
+
+def require_cuda_aware_mpi(program: str = "the program"):
+    """Raise unless MPI reports CUDA support (a program lowered with ``cuda_aware_mpi=True`` hands
+    device pointers to MPI, which an MPI without it would read as host memory and crash on)."""
+    from mpi4py import MPI
+    support = mpi_cuda_support()
+    if support is False:
+        version = " ".join(MPI.Get_library_version().split()[:3])
+        raise DistributedLoweringError(
+            f"`{program}` was lowered with cuda_aware_mpi=True, but this MPI ({version}) "
+            f"reports no CUDA support (MPIX_Query_cuda_support() == 0): run with an MPI built with CUDA "
+            f"(MPICH --with-cuda, Open MPI with UCX/CUDA, Cray MPICH with MPICH_GPU_SUPPORT_ENABLED=1), or lower "
+            f"without cuda_aware_mpi to stage communication through host memory")
+    if support is None:
+        import warnings
+        warnings.warn(f"`{program}` hands device pointers to MPI (cuda_aware_mpi=True) and this MPI does not say "
+                      f"whether it supports them (no MPIX_Query_cuda_support); going ahead", RuntimeWarning)
 
 
 def cuda_arch() -> str:
@@ -154,10 +198,50 @@ def _persist(sdfg: SDFG, desc: dt.Array):
         desc.lifetime = dtypes.AllocationLifetime.Persistent
 
 
-class OffloadKernels(ppl.Pass):
-    """Run a lowered SDFG's kernels on the GPU, keeping MPI on host buffers (see the module doc)."""
+class DeviceBufferComm(ppl.Pass):
+    """Let every communication step use its buffers where they are: ``buffers="device"`` (GPU
+    buffers straight to a CUDA-aware MPI), or ``"emulated"`` (the same code path on host memory,
+    for testing it without a GPU)."""
 
     CATEGORY = "distsdfg"
+
+    def __init__(self, buffers: str = "device"):
+        super().__init__()
+        from .mpi.distributed_memlet import BUFFERS
+        if buffers not in BUFFERS:
+            raise DistributedLoweringError(f"buffers must be one of {sorted(BUFFERS)}, got {buffers!r}")
+        self.buffers = buffers
+
+    def modifies(self) -> ppl.Modifies:
+        return ppl.Modifies.LibraryNodes
+
+    def should_reapply(self, modified: ppl.Modifies) -> bool:
+        return False
+
+    def apply_pass(self, sdfg: SDFG, _) -> int:
+        from .mpi import DistributedMemlet
+        count = 0
+        for state in sdfg.states():
+            for n in state.nodes():
+                if isinstance(n, DistributedMemlet):
+                    n.buffers = self.buffers
+                    n.implementation = "MPI_CUDA" if self.buffers == "device" else "MPI"
+                    # The step is host code even where its buffers are on the GPU (DaCe would infer a
+                    # schedule from their storage).
+                    n.schedule = dtypes.ScheduleType.CPU_Multicore
+                    count += 1
+        return count
+
+
+class OffloadKernels(ppl.Pass):
+    """Run a lowered SDFG's kernels on the GPU, with MPI on host copies of their buffers or, with
+    ``cuda_aware_mpi``, on the device buffers themselves (see the module doc)."""
+
+    CATEGORY = "distsdfg"
+
+    def __init__(self, cuda_aware_mpi: bool = False):
+        super().__init__()
+        self.cuda_aware_mpi = cuda_aware_mpi
 
     def modifies(self) -> ppl.Modifies:
         return ppl.Modifies.Everything
@@ -202,7 +286,10 @@ class OffloadKernels(ppl.Pass):
             desc.storage = dtypes.StorageType.GPU_Global
             _persist(sdfg, desc)
         self._check_host_code(sdfg)
-        self._stage(sdfg, DistributedMemlet)
+        if self.cuda_aware_mpi:
+            DeviceBufferComm("device").apply_pass(sdfg, {})
+        else:
+            self._stage(sdfg, DistributedMemlet)
         return count
 
     @staticmethod

@@ -50,6 +50,9 @@ class Lowered:
     # rank passes and receives; the other arguments are whole on rank 0.
     boundary: Dict[str, str] = dataclasses.field(default_factory=dict)
     source: str = ""        # the SDFG before lowering (JSON), to lower again for another placement
+    # Where communication steps find their local buffers: "host" (the CPU target, or GPU buffers
+    # staged through pinned host copies), "device" (GPU buffers to a CUDA-aware MPI), "emulated".
+    comm: str = "host"
 
     @property
     def nprocs(self) -> int:
@@ -510,7 +513,8 @@ def _schedule_hash(sdfg_name: str, schedule: Schedule, target: str, placed=()) -
     return h[:10]
 
 
-def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None) -> SDFG:
+def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None,
+               cuda_aware_mpi: bool = False) -> SDFG:
     from .placement import placed_arrays
     if getattr(sdfg, "_distsdfg", None) is not None:
         raise DistributedLoweringError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
@@ -560,16 +564,19 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
         kgrids.append(KernelGrid(kp.kernel.index, kp.kernel.label, tuple(m.info.key for m in kp.kernel.maps),
                                  kp.grid, tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid))))
     original = sdfg.name
-    sdfg.name = f"{original}_d{_schedule_hash(original, schedule, target, sorted(placed))}"
+    comm = "device" if cuda_aware_mpi else "host"
+    tag = target if comm == "host" else f"{target}+{comm}"
+    sdfg.name = f"{original}_d{_schedule_hash(original, schedule, tag, sorted(placed))}"
     sdfg._distsdfg = Lowered(schedule.with_sdfg(original) if schedule.sdfg is None else schedule, original,
                              rw.steps, kgrids, even_checks, target, getattr(rw, "home_specs", list)(),
                              dict(getattr(rw, "boundary", {})), source)
+    sdfg._distsdfg.comm = comm
     if target == "gpu":
         from .gpu import OffloadKernels
         if sdfg._distsdfg.homes:
             raise UnsupportedProgramError(
                 f"target='gpu': `{original}` keeps arrays in home buffers (loops, branches or distributed placement), "
                 f"which the GPU target does not stage yet; use target='cpu' for it")
-        OffloadKernels().apply_pass(sdfg, {})
+        OffloadKernels(cuda_aware_mpi).apply_pass(sdfg, {})
     sdfg.validate()
     return sdfg

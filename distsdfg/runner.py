@@ -142,7 +142,7 @@ def _assemble(fn, out, returns, sizes, comm):
 def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: Optional[Dict[str, int]] = None,
                 nprocs: Optional[int] = None, target: str = "cpu", check: bool = False, seed: int = 0,
                 compile_only: bool = False, verbose: bool = False, rebuild: bool = False, save: Optional[str] = None,
-                comm=None, placement=None) -> int:
+                comm=None, placement=None, cuda_aware_mpi: bool = False) -> int:
     """Lower, compile once, run on the ranks of ``comm``; rank 0 reports. Returns an exit code.
 
     An exception on any rank prints ``distsdfg: rank R failed: ...`` and aborts the whole job.
@@ -167,7 +167,7 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
             sched = comm.bcast(sched, root=0) if not compile_only else sched
         else:
             sched = parse_schedule(schedule, sdfg)
-        distsdfg.lower(sdfg, sched, target=target, placement=placement)
+        distsdfg.lower(sdfg, sched, target=target, placement=placement, cuda_aware_mpi=cuda_aware_mpi)
         say(f"{sdfg.name}: lowered with {sdfg._distsdfg.schedule} for {P} ranks ({time.time() - t0:.1f}s)")
         if compile_only:
             build(sdfg, verbose=True, rebuild=rebuild)

@@ -211,6 +211,9 @@ class DistributedProgram:
                 raise DistributedLoweringError(
                     f"`{self.lowered.original_name}` was lowered for target='gpu' but rank {self.comm.rank} sees no "
                     f"CUDA GPU (no driver or no device); run it on GPU nodes or lower with target='cpu'")
+            if self.lowered.comm == "device":
+                from .gpu import require_cuda_aware_mpi
+                require_cuda_aware_mpi(self.lowered.original_name)
         comm, rank, P = self.comm, self.comm.rank, self.comm.size
         arrays = {k: v for k, v in kwargs.items() if isinstance(v, np.ndarray) and k not in self.lowered.boundary}
         given = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k in self.sdfg.symbols}

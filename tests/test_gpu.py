@@ -36,12 +36,12 @@ CASES = {
 }
 
 
-def _lowered(name, grids, tag="gpu"):
+def _lowered(name, grids, tag="gpu", **options):
     warnings.simplefilter("ignore")
     sdfg = get(name).sdfg()
     dc.simplify(sdfg)
     sdfg.name = f"{sdfg.name}_{tag}"
-    return distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, grids), target="gpu")
+    return distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, grids), target="gpu", **options)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -87,6 +87,25 @@ def test_generated_cuda_builds_with_nvcc(name, tmp_path, monkeypatch):
     assert "__global__" in cu or "cublas" in cpp.lower()       # kernels on the device
     assert "cudaMemcpy" in cpp and "run_step" in cpp              # MPI steps on host copies
     if name == "matmul" and not gpu_available():
+        from mpi4py import MPI
+        prog = DistributedProgram(sdfg, compiled, MPI.COMM_WORLD)
+        with pytest.raises(DistributedLoweringError, match="sees no CUDA GPU"):
+            prog(A=None, B=None)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found (set CUDACXX or put nvcc on PATH): GPU builds not tested")
+def test_cuda_aware_program_builds_with_nvcc(tmp_path, monkeypatch):
+    """cuda_aware_mpi=True: no staging copies; the steps run the runtime's CUDA memory policy."""
+    from distsdfg.runtime import DistributedProgram, build
+    monkeypatch.chdir(tmp_path)
+    dc.ensure_mpi_on_path()
+    sdfg = _lowered("matmul", CASES["matmul"], "gpu_aware", cuda_aware_mpi=True)
+    compiled, folder = build(sdfg, rebuild=True)
+    assert glob.glob(os.path.join(folder, "build", f"lib{sdfg.name}.so"))
+    cpp = open(glob.glob(os.path.join(folder, "src", "cpu", "*.cpp"))[0]).read()
+    assert cpp.count("distsdfg::DeviceMem>") == 3 and "distsdfg::HostMem>" not in cpp
+    assert "distsdfg_runtime_cuda.h" in cpp and "cudaMallocHost" not in cpp     # no pinned staging buffers
+    if not gpu_available():
         from mpi4py import MPI
         prog = DistributedProgram(sdfg, compiled, MPI.COMM_WORLD)
         with pytest.raises(DistributedLoweringError, match="sees no CUDA GPU"):
@@ -185,3 +204,31 @@ def test_cupy_arguments_and_calls_with_new_sizes(tmp_path, nprocs):
     for r in records:
         assert r["kind"] == ("cupy" if _has_cupy() else "numpy"), r
         assert r["rel_err"] <= 1e-12, r
+
+
+def _mpi_is_cuda_aware() -> bool:
+    if not gpu_available() or NVCC is None:
+        return False
+    code = "from mpi4py import MPI; from distsdfg.gpu import mpi_cuda_support; print(mpi_cuda_support())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    return out.stdout.strip() == "True"
+
+
+@pytest.mark.skipif(not _mpi_is_cuda_aware(),
+                    reason="needs a GPU and an MPI built with CUDA (MPIX_Query_cuda_support): the bundled mpich "
+                           "wheel is not; the device code path is tested on host memory in test_device_comm.py")
+def test_core_cases_with_cuda_aware_mpi(tmp_path):
+    """cuda_aware_mpi=True on 2 ranks sharing the GPU: MPI on device buffers, checked against NumPy."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    cases = GPU_RUNS[2][:13]
+    out = tmp_path / "out.json"
+    argv = mpiexec_argv(2, ["-m", "distsdfg.testing.mpirun", "--target", "gpu", "--comm", "device", str(out)] + cases,
+                        timeout=3000)
+    proc = subprocess.run(argv, env=env, cwd=str(tmp_path), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for r in json.loads(out.read_text()):
+        assert "error" not in r, r.get("trace", r.get("error"))
+        tol = 0 if r["dtype"].startswith("int") else 1e-5 if r["dtype"] == "float32" else 1e-10
+        assert r["shape_ok"] and r["rel_err"] <= tol, r

@@ -1,7 +1,9 @@
 """The runtime header's block arithmetic, compiled with the bundled mpicxx (no MPI run).
 
 Scatter and gather send from and receive into the user's arrays and the local buffers in place
-when a block is one contiguous run there; these check when that holds."""
+when a block is one contiguous run there; these check when that holds. The device memory
+policy's box copies (2-D planes, as cudaMemcpy2D takes them) must agree with the host policy's
+element by element; they are checked on host memory (EmulatedDeviceMem)."""
 import os
 import shutil
 import subprocess
@@ -67,14 +69,89 @@ transposed packed
 """
 
 
-def test_contiguous_blocks_are_sent_in_place(tmp_path):
+POLICIES = r"""
+#include "distsdfg_runtime.h"
+#include <cstdio>
+#include <random>
+using namespace distsdfg;
+
+// Random boxes of random buffers (0 to 4 dimensions, whole and empty extents included): pack,
+// unpack, combine and fill through HostMem and through EmulatedDeviceMem must give the same bytes.
+int main() {
+    std::mt19937_64 rng(7);
+    auto pick = [&](int64_t lo, int64_t hi) { return lo + int64_t(rng() % uint64_t(hi - lo + 1)); };
+    int64_t checked = 0, planes_max = 0;
+    for (int trial = 0; trial < 4000; ++trial) {
+        const int64_t nd = pick(0, 4);
+        int64_t shape[4], origin[4], start[4], size[4];
+        for (int64_t d = 0; d < nd; ++d) {
+            shape[d] = pick(1, 6);
+            origin[d] = pick(0, 3);
+            const int64_t kind = pick(0, 3);       // whole, part, single, empty
+            if (kind == 0) { start[d] = origin[d]; size[d] = shape[d]; }
+            else if (kind == 1) { start[d] = origin[d] + pick(0, shape[d] - 1); size[d] = pick(1, origin[d] + shape[d] - start[d]); }
+            else if (kind == 2) { start[d] = origin[d] + pick(0, shape[d] - 1); size[d] = 1; }
+            else { start[d] = origin[d]; size[d] = trial % 7 == 0 ? 0 : 1; }
+        }
+        const int64_t n = volume(nd, shape), m = volume(nd, size);
+        std::vector<double> buf(n), in(m + 1), a(m + 1, -1), b(m + 1, -1);
+        for (auto& x : buf) x = double(rng() % 1000);
+        for (auto& x : in) x = double(rng() % 1000);
+        HostMem::pack(nd, buf.data(), shape, origin, start, size, a.data());
+        EmulatedDeviceMem::pack(nd, buf.data(), shape, origin, start, size, b.data());
+        if (a != b) { std::printf("pack differs at trial %d\n", trial); return 1; }
+        std::vector<double> u1(buf), u2(buf);
+        HostMem::unpack(nd, u1.data(), shape, origin, start, size, in.data());
+        EmulatedDeviceMem::unpack(nd, u2.data(), shape, origin, start, size, in.data());
+        if (u1 != u2) { std::printf("unpack differs at trial %d\n", trial); return 1; }
+        const int64_t op = pick(1, 4);
+        std::vector<double> c1(buf), c2(buf);
+        HostMem::combine(nd, op, c1.data(), shape, origin, start, size, in.data());
+        EmulatedDeviceMem::combine(nd, op, c2.data(), shape, origin, start, size, in.data());
+        if (c1 != c2) { std::printf("combine differs at trial %d\n", trial); return 1; }
+        int64_t planes = 0;
+        for_planes(nd, shape, origin, start, size, [&](int64_t, int64_t, int64_t, int64_t, int64_t) { ++planes; });
+        planes_max = std::max(planes_max, planes);
+        checked += m;
+    }
+    std::vector<float> f1(37, 1.f), f2(37, 1.f);
+    HostMem::fill(f1.data(), 37, -3.5f);
+    EmulatedDeviceMem::fill(f2.data(), 37, -3.5f);
+    EmulatedDeviceMem::Buffer<float> tmp(5), none(0);
+    if (f1 != f2 || !tmp.data() || none.data() || tmp.size() != 5) { std::printf("fill or buffer differs\n"); return 1; }
+    // One plane for a box that is one run of its buffer, one per row otherwise (3-D: rows of a plane).
+    int64_t sh[3] = {4, 5, 6}, o[3] = {0, 0, 0}, rows_s[3] = {1, 0, 0}, rows_n[3] = {2, 5, 6};
+    int64_t tile_s[3] = {1, 1, 2}, tile_n[3] = {2, 3, 4};
+    int64_t p1 = 0, p2 = 0, h2 = 0;
+    for_planes(3, sh, o, rows_s, rows_n, [&](int64_t, int64_t, int64_t, int64_t, int64_t) { ++p1; });
+    for_planes(3, sh, o, tile_s, tile_n, [&](int64_t, int64_t, int64_t w, int64_t h, int64_t pitch) {
+        ++p2; h2 = h * 100 + w * 10 + pitch / 6; });
+    std::printf("ok %ld %ld %ld %ld\n", (long)(checked > 0), (long)p1, (long)p2, (long)h2);
+    return 0;
+}
+"""
+
+
+def _mpicxx():
     cxx = os.path.join(os.path.dirname(sys.executable), "mpicxx")
     if not os.path.exists(cxx):
         cxx = shutil.which("mpicxx")
     if cxx is None:
         pytest.skip("no mpicxx (the mpich wheel installs one next to python)")
+    return cxx
+
+
+def _run_driver(tmp_path, text):
     src, exe = tmp_path / "driver.cpp", tmp_path / "driver"
-    src.write_text(DRIVER)
-    subprocess.run([cxx, "-std=c++14", "-O1", f"-I{INCLUDE_DIR}", str(src), "-o", str(exe)], check=True)
-    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
-    assert out == EXPECTED
+    src.write_text(text)
+    subprocess.run([_mpicxx(), "-std=c++14", "-O1", f"-I{INCLUDE_DIR}", str(src), "-o", str(exe)], check=True)
+    return subprocess.run([str(exe)], capture_output=True, text=True).stdout
+
+
+def test_contiguous_blocks_are_sent_in_place(tmp_path):
+    assert _run_driver(tmp_path, DRIVER) == EXPECTED
+
+
+def test_device_policy_copies_boxes_like_the_host_policy(tmp_path):
+    # 2 planes for the tile (one per row of its 2 planes of 3 rows: height 3, width 4, pitch 6)
+    assert _run_driver(tmp_path, POLICIES) == "ok 1 1 2 341\n"

@@ -5,9 +5,31 @@ import dace.properties
 from dace import dtypes
 from dace.transformation.transformation import ExpandTransformation
 
-from .environment import DistSDFGRuntime
+from .environment import DistSDFGRuntime, DistSDFGRuntimeCUDA
 
-__all__ = ["DistributedMemlet"]
+__all__ = ["DistributedMemlet", "BUFFERS"]
+
+#: Where a step's local buffers live, and the runtime's memory policy for them:
+#: host memory; GPU memory handed to a CUDA-aware MPI; host memory through the device code path (tests).
+BUFFERS = {"host": "HostMem", "device": "DeviceMem", "emulated": "EmulatedDeviceMem"}
+
+
+def _expand(node, parent_state, parent_sdfg):
+    out_edge = next(e for e in parent_state.out_edges(node) if e.src_conn == "_out")
+    desc = parent_sdfg.arrays[out_edge.data.data]
+    ctype = desc.dtype.ctype
+    src = "_in" if "_in" in node.in_connectors else "nullptr"
+    ins = {"_plan": dace.pointer(dace.int64)}
+    if "_in" in node.in_connectors:
+        in_edge = next(e for e in parent_state.in_edges(node) if e.dst_conn == "_in")
+        if isinstance(parent_sdfg.arrays[in_edge.data.data], dace.data.Scalar):
+            ins["_in"] = desc.dtype       # a scalar arrives by value
+            src = "&_in"
+        else:
+            ins["_in"] = dace.pointer(desc.dtype)
+    code = f"distsdfg::run_step<{ctype}, distsdfg::{BUFFERS[node.buffers]}>(_plan, {node.step}, {src}, _out);"
+    return dace.sdfg.nodes.Tasklet(node.name, ins, {"_out": dace.pointer(desc.dtype)}, code,
+                                   language=dtypes.Language.CPP, side_effects=True)
 
 
 @dace.library.expansion
@@ -18,21 +40,18 @@ class ExpandDistributedMemletMPI(ExpandTransformation):
 
     @staticmethod
     def expansion(node, parent_state, parent_sdfg, **kwargs):
-        out_edge = next(e for e in parent_state.out_edges(node) if e.src_conn == "_out")
-        desc = parent_sdfg.arrays[out_edge.data.data]
-        ctype = desc.dtype.ctype
-        src = "_in" if "_in" in node.in_connectors else "nullptr"
-        ins = {"_plan": dace.pointer(dace.int64)}
-        if "_in" in node.in_connectors:
-            in_edge = next(e for e in parent_state.in_edges(node) if e.dst_conn == "_in")
-            if isinstance(parent_sdfg.arrays[in_edge.data.data], dace.data.Scalar):
-                ins["_in"] = desc.dtype       # a scalar arrives by value
-                src = "&_in"
-            else:
-                ins["_in"] = dace.pointer(desc.dtype)
-        code = f"distsdfg::run_step<{ctype}>(_plan, {node.step}, {src}, _out);"
-        return dace.sdfg.nodes.Tasklet(node.name, ins, {"_out": dace.pointer(desc.dtype)}, code,
-                                       language=dtypes.Language.CPP, side_effects=True)
+        return _expand(node, parent_state, parent_sdfg)
+
+
+@dace.library.expansion
+class ExpandDistributedMemletCUDA(ExpandTransformation):
+    """The same on device buffers (``buffers="device"``): the runtime with its CUDA memory policy."""
+
+    environments = [DistSDFGRuntimeCUDA]
+
+    @staticmethod
+    def expansion(node, parent_state, parent_sdfg, **kwargs):
+        return _expand(node, parent_state, parent_sdfg)
 
 
 @dace.library.node
@@ -42,14 +61,18 @@ class DistributedMemlet(dace.sdfg.nodes.LibraryNode):
     Inputs ``_in`` (the source buffer; absent for a fill) and ``_plan`` (the plan table),
     output ``_out`` (the destination buffer). ``kind`` is scatter, gather, reduce or fill;
     the step's blocks per rank live in the plan table, computed by distsdfg.plan.
+    ``buffers="device"`` hands GPU buffers to MPI directly (CUDA-aware MPI; set by
+    ``distsdfg.gpu.DeviceBufferComm``).
     """
 
-    implementations = {"MPI": ExpandDistributedMemletMPI}
+    implementations = {"MPI": ExpandDistributedMemletMPI, "MPI_CUDA": ExpandDistributedMemletCUDA}
     default_implementation = "MPI"
 
     step = dace.properties.Property(dtype=int, default=0, desc="Index of the step in the plan table")
     kind = dace.properties.Property(dtype=str, default="scatter", desc="scatter | gather | reduce | fill")
     array = dace.properties.Property(dtype=str, default="", desc="Global array moved")
+    buffers = dace.properties.Property(dtype=str, default="host",
+                                       desc="Where the local buffers live: host | device | emulated (see BUFFERS)")
 
     def __init__(self, name, step=0, kind="scatter", array="", has_input=True, *args, **kwargs):
         inputs = {"_plan", "_in"} if has_input else {"_plan"}

@@ -1,4 +1,4 @@
-"""The DaCe environment that adds MPI and our runtime header to generated code."""
+"""The DaCe environments that add MPI and our runtime header to generated code."""
 import os
 
 import dace.library
@@ -18,6 +18,24 @@ class DistSDFGRuntime:
     cmake_link_flags = []
     cmake_files = []
     headers = ["distsdfg_runtime.h"]
+    state_fields = []
+    init_code = ""
+    finalize_code = ""
+    dependencies = [MPI]
+
+
+@dace.library.environment
+class DistSDFGRuntimeCUDA:
+    """The runtime for steps on device buffers (CUDA-aware MPI); the program links CUDA already."""
+    cmake_minimum_version = None
+    cmake_packages = []
+    cmake_variables = {}
+    cmake_includes = [INCLUDE_DIR]
+    cmake_libraries = []
+    cmake_compile_flags = []
+    cmake_link_flags = []
+    cmake_files = []
+    headers = ["distsdfg_runtime.h", "distsdfg_runtime_cuda.h"]
     state_fields = []
     init_code = ""
     finalize_code = ""

@@ -1,9 +1,11 @@
 """Run sample-program cases under mpiexec; rank 0 checks against NumPy and writes JSON.
 
-    mpiexec -n 4 python -m mpi4py -m distsdfg.testing.mpirun [--target gpu] OUT.json 'matmul:gemm_map=2,2,1' ...
+    mpiexec -n 4 python -m mpi4py -m distsdfg.testing.mpirun [--target gpu] [--comm C] OUT.json 'matmul:gemm_map=2,2,1' ...
 
 A case is ``program:label=grid;label=grid`` (a label matches MapInfo.label or key; ``*``
 names every map with as many parameters as the grid has entries). Each case is compiled once on rank 0.
+``--comm device`` lowers with ``cuda_aware_mpi=True`` (target gpu); ``--comm emulated`` runs every
+communication step through the runtime's device code path on host memory (target cpu).
 """
 from __future__ import annotations
 
@@ -24,20 +26,30 @@ def parse_case(text: str):
     return prog, grids
 
 
-def run_case(text: str, comm, target: str = "cpu"):
+def _lower(sdfg, sched, target: str, buffers: str):
+    import distsdfg
+    distsdfg.lower(sdfg, sched, target=target, cuda_aware_mpi=buffers == "device")
+    if buffers == "emulated":
+        from distsdfg.gpu import DeviceBufferComm
+        DeviceBufferComm("emulated").apply_pass(sdfg, {})
+        sdfg._distsdfg.comm = "emulated"
+        sdfg.name += "_emu"             # its own build
+
+
+def run_case(text: str, comm, target: str = "cpu", buffers: str = "host"):
     import distsdfg
     from distsdfg.testing.programs import get
     if text.endswith(":auto"):
-        return run_auto(text, comm, target)
+        return run_auto(text, comm, target, buffers)
     name, grids = parse_case(text)
     p = get(name)
     sdfg = p.sdfg()
     sched = distsdfg.schedule_by_label(sdfg, grids, fuzzy=True)   # "*": every kernel with that many parameters
-    distsdfg.lower(sdfg, sched, target=target)
+    _lower(sdfg, sched, target, buffers)
     return _run_lowered(text, p, sdfg, sched, comm)
 
 
-def run_auto(text: str, comm, target: str = "cpu"):
+def run_auto(text: str, comm, target: str = "cpu", buffers: str = "host"):
     """``program:auto``: the planner chooses the schedule for the communicator's size."""
     import distsdfg
     from distsdfg.runtime import symbol_values
@@ -48,7 +60,7 @@ def run_auto(text: str, comm, target: str = "cpu"):
     sizes = {k: v for k, v in values.items() if k in sdfg.symbols}
     sched = distsdfg.auto_schedule(sdfg, comm.size, **sizes) if comm.rank == 0 else None
     sched = comm.bcast(sched, root=0)            # plan on rank 0, like the lowering
-    distsdfg.lower(sdfg, sched, target=target)
+    _lower(sdfg, sched, target, buffers)
     return _run_lowered(text, p, sdfg, sched.as_dict(), comm)
 
 
@@ -114,10 +126,10 @@ def run_cases(out_path: str, cases, run, quiet=("trace",)) -> None:
 
 
 def main(argv):
-    target = "cpu"
-    if argv[:1] == ["--target"]:
-        target, argv = argv[1], argv[2:]
-    run_cases(argv[0], argv[1:], functools.partial(run_case, target=target))
+    opts = {"--target": "cpu", "--comm": "host"}
+    while argv[:1] and argv[0] in opts:
+        opts[argv[0]], argv = argv[1], argv[2:]
+    run_cases(argv[0], argv[1:], functools.partial(run_case, target=opts["--target"], buffers=opts["--comm"]))
 
 
 if __name__ == "__main__":

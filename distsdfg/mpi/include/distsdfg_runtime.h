@@ -17,10 +17,13 @@
 #include <algorithm>
 #include <complex>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
+#include <new>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace distsdfg {
@@ -173,17 +176,158 @@ inline void for_runs(int64_t nd, const int64_t* shape, const int64_t* origin, co
     for_runs_strided(nd, stride.data(), rel.data(), size, f);
 }
 
-template <typename T>
-inline void pack(const Step& s, const T* buf, const int64_t* shape, const int64_t* origin, int64_t q, T* out) {
-    for_runs(s.ndim(), shape, origin, s.start(q), s.size(q),
-             [&](int64_t off, int64_t p, int64_t n) { std::memcpy(out + p, buf + off, n * sizeof(T)); });
+inline int64_t volume(int64_t nd, const int64_t* shape) {
+    int64_t n = 1;
+    for (int64_t d = 0; d < nd; ++d) n *= shape[d];
+    return n;
 }
 
-template <typename T>
-inline void unpack(const Step& s, T* buf, const int64_t* shape, const int64_t* origin, int64_t q, const T* in) {
-    for_runs(s.ndim(), shape, origin, s.start(q), s.size(q),
-             [&](int64_t off, int64_t p, int64_t n) { std::memcpy(buf + off, in + p, n * sizeof(T)); });
+// ---------------------------------------------------------------------------------------------
+// Memory policies: how the runtime touches the ranks' local buffers (the user's arrays on rank 0
+// are always host memory). HostMem reads and writes them directly. PlaneMem<Prim> never
+// dereferences them: it copies boxes as 2-D planes through Prim (cudaMemcpy2D for device
+// buffers, see distsdfg_runtime_cuda.h), keeps its temporaries where Prim allocates, combines
+// partial values on the host, and leaves the rest to MPI (which must then accept device pointers:
+// CUDA-aware MPI). EmulatedDeviceMem is PlaneMem over host memory; the test suite runs every
+// communication pattern through it to check the device code path without a GPU.
+
+struct HostMem {
+    template <typename T> using Buffer = std::vector<T>;
+    static void begin() {}
+    static void end() {}
+    template <typename T>
+    static void pack(int64_t nd, const T* buf, const int64_t* shape, const int64_t* origin, const int64_t* start,
+                     const int64_t* size, T* out) {
+        for_runs(nd, shape, origin, start, size,
+                 [&](int64_t off, int64_t p, int64_t n) { std::memcpy(out + p, buf + off, n * sizeof(T)); });
+    }
+    template <typename T>
+    static void unpack(int64_t nd, T* buf, const int64_t* shape, const int64_t* origin, const int64_t* start,
+                       const int64_t* size, const T* in) {
+        for_runs(nd, shape, origin, start, size,
+                 [&](int64_t off, int64_t p, int64_t n) { std::memcpy(buf + off, in + p, n * sizeof(T)); });
+    }
+    /// buf[box] = buf[box] op in (packed).
+    template <typename T>
+    static void combine(int64_t nd, int64_t op, T* buf, const int64_t* shape, const int64_t* origin,
+                        const int64_t* start, const int64_t* size, const T* in) {
+        for_runs(nd, shape, origin, start, size, [&](int64_t off, int64_t p, int64_t n) {
+            for (int64_t j = 0; j < n; ++j) buf[off + j] = Ops<T>::apply(op, buf[off + j], in[p + j]);
+        });
+    }
+    template <typename T> static void fill(T* p, int64_t n, T v) { std::fill(p, p + n, v); }
+};
+
+/// Calls f(offset_in_buffer, offset_in_packed, width, height, pitch) for every plane of the box
+/// (start, size) of a row-major buffer of ``shape`` whose element [origin] comes first: ``height``
+/// runs of ``width`` elements, ``pitch`` elements apart in the buffer, packed one after another.
+/// Trailing dimensions the box covers whole are merged first, so a box that is one run of the
+/// buffer is one plane of height 1.
+template <typename F>
+inline void for_planes(int64_t nd, const int64_t* shape, const int64_t* origin, const int64_t* start,
+                       const int64_t* size, F f) {
+    for (int64_t d = 0; d < nd; ++d)
+        if (size[d] <= 0) return;
+    if (nd == 0) { f(0, 0, 1, 1, 1); return; }
+    std::vector<int64_t> sh(shape, shape + nd), rel(nd), sz(size, size + nd);
+    for (int64_t d = 0; d < nd; ++d) rel[d] = start[d] - origin[d];
+    int64_t n = nd;
+    while (n >= 2 && rel[n - 1] == 0 && sz[n - 1] == sh[n - 1]) {
+        rel[n - 2] *= sh[n - 1];
+        sz[n - 2] *= sh[n - 1];
+        sh[n - 2] *= sh[n - 1];
+        --n;
+    }
+    if (n == 1) { f(rel[0], 0, sz[0], 1, sh[0]); return; }
+    std::vector<int64_t> stride(n);
+    for (int64_t d = n - 1, acc = 1; d >= 0; --d) { stride[d] = acc; acc *= sh[d]; }
+    const int64_t width = sz[n - 1], height = sz[n - 2], outer = n - 2;
+    std::vector<int64_t> idx(outer, 0);
+    int64_t packed = 0;
+    while (true) {
+        int64_t off = rel[n - 1] + rel[n - 2] * stride[n - 2];
+        for (int64_t d = 0; d < outer; ++d) off += (rel[d] + idx[d]) * stride[d];
+        f(off, packed, width, height, sh[n - 1]);
+        packed += width * height;
+        int64_t d = outer - 1;
+        for (; d >= 0; --d) {
+            if (++idx[d] < sz[d]) break;
+            idx[d] = 0;
+        }
+        if (d < 0) return;
+    }
 }
+
+template <typename Prim>
+struct PlaneMem {
+    /// A temporary buffer where Prim allocates (device memory for CudaPrim).
+    template <typename T> class Buffer {
+        T* p_ = nullptr;
+        size_t n_ = 0;
+    public:
+        explicit Buffer(size_t n = 0) : n_(n) {
+            if (n) p_ = static_cast<T*>(Prim::alloc(n * sizeof(T)));
+        }
+        ~Buffer() { if (p_) Prim::release(p_); }
+        Buffer(const Buffer&) = delete;
+        Buffer& operator=(const Buffer&) = delete;
+        T* data() { return p_; }
+        const T* data() const { return p_; }
+        size_t size() const { return n_; }
+        bool empty() const { return n_ == 0; }
+        void swap(Buffer& o) { std::swap(p_, o.p_); std::swap(n_, o.n_); }
+    };
+    /// Before and after a step: the GPU's kernels are done with the buffers, and the step's copies are done.
+    static void begin() { Prim::sync(); }
+    static void end() { Prim::sync(); }
+    template <typename T>
+    static void pack(int64_t nd, const T* buf, const int64_t* shape, const int64_t* origin, const int64_t* start,
+                     const int64_t* size, T* out) {
+        for_planes(nd, shape, origin, start, size, [&](int64_t off, int64_t p, int64_t w, int64_t h, int64_t pitch) {
+            Prim::copy2d(out + p, w * sizeof(T), buf + off, pitch * sizeof(T), w * sizeof(T), h);
+        });
+    }
+    template <typename T>
+    static void unpack(int64_t nd, T* buf, const int64_t* shape, const int64_t* origin, const int64_t* start,
+                       const int64_t* size, const T* in) {
+        for_planes(nd, shape, origin, start, size, [&](int64_t off, int64_t p, int64_t w, int64_t h, int64_t pitch) {
+            Prim::copy2d(buf + off, pitch * sizeof(T), in + p, w * sizeof(T), w * sizeof(T), h);
+        });
+    }
+    /// Combined on the host: the box and the contribution come over, the result goes back.
+    template <typename T>
+    static void combine(int64_t nd, int64_t op, T* buf, const int64_t* shape, const int64_t* origin,
+                        const int64_t* start, const int64_t* size, const T* in) {
+        const int64_t n = volume(nd, size);
+        if (n == 0) return;
+        std::vector<T> cur(n), add(n);
+        pack(nd, static_cast<const T*>(buf), shape, origin, start, size, cur.data());
+        Prim::copy2d(add.data(), n * sizeof(T), in, n * sizeof(T), n * sizeof(T), 1);
+        for (int64_t j = 0; j < n; ++j) cur[j] = Ops<T>::apply(op, cur[j], add[j]);
+        unpack(nd, buf, shape, origin, start, size, static_cast<const T*>(cur.data()));
+    }
+    template <typename T> static void fill(T* p, int64_t n, T v) {
+        if (n == 0) return;
+        std::vector<T> h(n, v);
+        Prim::copy2d(p, n * sizeof(T), h.data(), n * sizeof(T), n * sizeof(T), 1);
+    }
+};
+
+/// PlaneMem's primitives on host memory (tests of the device code path without a GPU).
+struct EmulatedPrim {
+    static void* alloc(size_t bytes) {
+        void* p = std::malloc(bytes);
+        if (!p) throw std::bad_alloc();
+        return p;
+    }
+    static void release(void* p) { std::free(p); }
+    static void copy2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height) {
+        for (size_t r = 0; r < height; ++r)
+            std::memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+    }
+    static void sync() {}
+};
+using EmulatedDeviceMem = PlaneMem<EmulatedPrim>;
 
 /// Sub-communicators are cached by the colour/key layout, which every rank sees alike.
 inline MPI_Comm split(const Step& s, bool partition) {
@@ -221,12 +365,6 @@ inline std::vector<int64_t> members(const Step& s, bool partition, int64_t color
 
 inline void check(int err, const char* what) {
     if (err != MPI_SUCCESS) throw std::runtime_error(std::string("distsdfg: MPI call failed: ") + what);
-}
-
-inline int64_t volume(int64_t nd, const int64_t* shape) {
-    int64_t n = 1;
-    for (int64_t d = 0; d < nd; ++d) n *= shape[d];
-    return n;
 }
 
 /// Where the box (start, size) of a row-major array of ``shape``, whose element [origin] comes
@@ -283,14 +421,14 @@ inline bool overlaps(const T* a, int64_t na, const T* b, int64_t nb) {
     return x < y + nb * sizeof(T) && y < x + na * sizeof(T);
 }
 
-template <typename T>
+template <typename T, typename Mem>
 void scatter(const Step& s, const T* global, T* local, int me) {
     MPI_Datatype ty = mpi_type(s.dtype());
     const int64_t n = s.count(me);
     // Receive straight into the local buffer when my block is one run of it.
     int64_t loff = dense_run(s.ndim(), s.lshape(), s.origin(me), s.start(me), s.size(me));
     if (me == 0 && loff >= 0 && overlaps(local, volume(s.ndim(), s.lshape()), global, s.gextent())) loff = -1;
-    std::vector<T> mine(loff < 0 ? n : 0);
+    typename Mem::template Buffer<T> mine(loff < 0 ? n : 0);
     T* recv = loff < 0 ? mine.data() : local + loff;
     // Comm_split is collective over the world: every rank splits, members or not.
     MPI_Comm pc = split(s, true);
@@ -320,22 +458,22 @@ void scatter(const Step& s, const T* global, T* local, int me) {
     if ((s.flags() & F_REPL) && s.rcolor(me) >= 0) {
         check(MPI_Bcast(recv, int(n), ty, 0, rc), "Bcast");
     }
-    if (loff < 0) unpack(s, local, s.lshape(), s.origin(me), me, mine.data());
+    if (loff < 0) Mem::unpack(s.ndim(), local, s.lshape(), s.origin(me), s.start(me), s.size(me), mine.data());
 }
 
-template <typename T>
+template <typename T, typename Mem>
 void gather(const Step& s, const T* local, T* global, int me, bool reduce) {
     MPI_Datatype ty = mpi_type(s.dtype());
     const int64_t n = s.count(me);
     // Send straight from the local buffer when my block is one run of it.
     const int64_t loff = dense_run(s.ndim(), s.lshape(), s.origin(me), s.start(me), s.size(me));
-    std::vector<T> mine(loff < 0 ? n : 0);
-    if (loff < 0) pack(s, local, s.lshape(), s.origin(me), me, mine.data());
+    typename Mem::template Buffer<T> mine(loff < 0 ? n : 0);
+    if (loff < 0) Mem::pack(s.ndim(), local, s.lshape(), s.origin(me), s.start(me), s.size(me), mine.data());
     const T* send = loff < 0 ? mine.data() : local + loff;
     MPI_Comm pc = split(s, true);
     MPI_Comm rc = (s.flags() & F_REPL) ? split(s, false) : MPI_COMM_NULL;
     if (reduce && (s.flags() & F_REPL) && s.rcolor(me) >= 0) {
-        std::vector<T> red(s.rkey(me) == 0 ? n : 0);
+        typename Mem::template Buffer<T> red(s.rkey(me) == 0 ? n : 0);
         check(MPI_Reduce(send, red.data(), int(n), ty, mpi_op(s.op()), 0, rc), "Reduce");
         if (s.rkey(me) == 0) {
             mine.swap(red);
@@ -428,28 +566,6 @@ struct Redist {
     }
 };
 
-template <typename T>
-inline void pack_box(int64_t nd, const T* buf, const int64_t* shape, const int64_t* origin, const int64_t* box,
-                     T* out) {
-    for_runs(nd, shape, origin, box, box + nd,
-             [&](int64_t off, int64_t p, int64_t n) { std::memcpy(out + p, buf + off, n * sizeof(T)); });
-}
-
-template <typename T>
-inline void unpack_box(int64_t nd, T* buf, const int64_t* shape, const int64_t* origin, const int64_t* box,
-                       const T* in) {
-    for_runs(nd, shape, origin, box, box + nd,
-             [&](int64_t off, int64_t p, int64_t n) { std::memcpy(buf + off, in + p, n * sizeof(T)); });
-}
-
-template <typename T>
-inline void combine_box(int64_t nd, int64_t op, T* buf, const int64_t* shape, const int64_t* origin,
-                        const int64_t* box, const T* in) {
-    for_runs(nd, shape, origin, box, box + nd, [&](int64_t off, int64_t p, int64_t n) {
-        for (int64_t j = 0; j < n; ++j) buf[off + j] = Ops<T>::apply(op, buf[off + j], in[p + j]);
-    });
-}
-
 /// Sub-communicator of a redistribution's groups (cached; every rank of the world calls it).
 inline MPI_Comm group_comm(const Redist& r) {
     static std::map<std::vector<int64_t>, MPI_Comm> cache;
@@ -506,7 +622,7 @@ inline MPI_Datatype box_type(const Redist& r, const std::vector<const int64_t*>&
     return out;
 }
 
-template <typename T>
+template <typename T, typename Mem>
 void redist(const Redist& r, const T* src, T* dst, int me) {
     const int64_t nd = r.nd();
     MPI_Datatype ty = mpi_type(r.dtype());
@@ -515,9 +631,9 @@ void redist(const Redist& r, const T* src, T* dst, int me) {
         for (int64_t i = 0; i < r.nmsg(); ++i) {
             const int64_t* m = r.msg(i);
             if (m[0] != me || m[1] != me) continue;
-            std::vector<T> tmp(r.volume(m + 2));
-            pack_box(nd, src, r.sshape(), r.sorigin(me), m + 2, tmp.data());
-            unpack_box(nd, dst, r.dshape(), r.dorigin(me), m + 2, tmp.data());
+            typename Mem::template Buffer<T> tmp(r.volume(m + 2));
+            Mem::pack(nd, src, r.sshape(), r.sorigin(me), m + 2, m + 2 + nd, tmp.data());
+            Mem::unpack(nd, dst, r.dshape(), r.dorigin(me), m + 2, m + 2 + nd, tmp.data());
         }
         return;
     }
@@ -527,9 +643,9 @@ void redist(const Redist& r, const T* src, T* dst, int me) {
         for (int64_t i = 0; i < r.nmsg(); ++i) {
             const int64_t* m = r.msg(i);
             if (m[0] == me && m[1] == me) {
-                std::vector<T> tmp(r.volume(m + 2));
-                pack_box(nd, src, r.sshape(), r.sorigin(me), m + 2, tmp.data());
-                unpack_box(nd, dst, r.dshape(), r.dorigin(me), m + 2, tmp.data());
+                typename Mem::template Buffer<T> tmp(r.volume(m + 2));
+                Mem::pack(nd, src, r.sshape(), r.sorigin(me), m + 2, m + 2 + nd, tmp.data());
+                Mem::unpack(nd, dst, r.dshape(), r.dorigin(me), m + 2, m + 2 + nd, tmp.data());
             } else if (m[0] == me) {
                 sendb[m[1]].push_back(m + 2);
             } else if (m[1] == me) {
@@ -589,11 +705,11 @@ void redist(const Redist& r, const T* src, T* dst, int me) {
         }
         int stot = 0, rtot = 0;
         for (int p = 0; p < P; ++p) { sd[p] = stot; stot += sc[p]; rd[p] = rtot; rtot += rc[p]; }
-        std::vector<T> sbuf(stot), rbuf(rtot);
+        typename Mem::template Buffer<T> sbuf(stot), rbuf(rtot);
         for (int p = 0; p < P; ++p) {
             int64_t pos = sd[p];
             for (const int64_t* b : sendb[p]) {
-                pack_box(nd, src, r.sshape(), r.sorigin(me), b, sbuf.data() + pos);
+                Mem::pack(nd, src, r.sshape(), r.sorigin(me), b, b + nd, sbuf.data() + pos);
                 pos += r.volume(b);
             }
         }
@@ -601,13 +717,14 @@ void redist(const Redist& r, const T* src, T* dst, int me) {
               "Alltoallv");
         const int64_t* need = r.dblock(me);
         if (r.volume(need) > 0) {
-            std::vector<T> id(r.volume(need), Ops<T>::identity(r.op()));
-            unpack_box(nd, dst, r.dshape(), r.dorigin(me), need, id.data());
+            typename Mem::template Buffer<T> id(r.volume(need));
+            Mem::fill(id.data(), r.volume(need), Ops<T>::identity(r.op()));
+            Mem::unpack(nd, dst, r.dshape(), r.dorigin(me), need, need + nd, id.data());
         }
         for (int p = 0; p < P; ++p) {
             int64_t pos = rd[p];
             for (const int64_t* b : recvb[p]) {
-                combine_box(nd, r.op(), dst, r.dshape(), r.dorigin(me), b, rbuf.data() + pos);
+                Mem::combine(nd, r.op(), dst, r.dshape(), r.dorigin(me), b, b + nd, rbuf.data() + pos);
                 pos += r.volume(b);
             }
         }
@@ -620,31 +737,32 @@ void redist(const Redist& r, const T* src, T* dst, int me) {
     const int64_t* S = r.sblock(me);
     const int64_t* D = r.dblock(me);
     if (mode == M_ALLREDUCE) {
-        std::vector<T> buf(r.volume(S));
-        pack_box(nd, src, r.sshape(), r.sorigin(me), S, buf.data());
+        typename Mem::template Buffer<T> buf(r.volume(S));
+        Mem::pack(nd, src, r.sshape(), r.sorigin(me), S, S + nd, buf.data());
         check(MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(buf.size()), ty, mpi_op(r.op()), gc), "Allreduce");
-        unpack_box(nd, dst, r.dshape(), r.dorigin(me), D, buf.data());
+        Mem::unpack(nd, dst, r.dshape(), r.dorigin(me), D, D + nd, buf.data());
     } else if (mode == M_REDUCE_SCATTER) {
         std::vector<int> counts(mem.size());
         int64_t total = 0;
         for (size_t i = 0; i < mem.size(); ++i) { counts[i] = int(r.volume(r.dblock(mem[i]))); total += counts[i]; }
-        std::vector<T> sbuf(total), rbuf(r.volume(D));
+        typename Mem::template Buffer<T> sbuf(total), rbuf(r.volume(D));
         int64_t pos = 0;
         for (size_t i = 0; i < mem.size(); ++i) {
-            if (counts[i]) pack_box(nd, src, r.sshape(), r.sorigin(me), r.dblock(mem[i]), sbuf.data() + pos);
+            const int64_t* B = r.dblock(mem[i]);
+            if (counts[i]) Mem::pack(nd, src, r.sshape(), r.sorigin(me), B, B + nd, sbuf.data() + pos);
             pos += counts[i];
         }
         check(MPI_Reduce_scatter(sbuf.data(), rbuf.data(), counts.data(), ty, mpi_op(r.op()), gc), "Reduce_scatter");
-        if (!rbuf.empty()) unpack_box(nd, dst, r.dshape(), r.dorigin(me), D, rbuf.data());
+        if (!rbuf.empty()) Mem::unpack(nd, dst, r.dshape(), r.dorigin(me), D, D + nd, rbuf.data());
     } else if (mode == M_REDUCE) {
         int root = 0;
         for (size_t i = 0; i < mem.size(); ++i)
             if (r.volume(r.dblock(mem[i])) > 0) root = int(i);
         const int64_t* RD = r.dblock(mem[root]);
-        std::vector<T> sbuf(r.volume(RD)), rbuf(int64_t(mem[root]) == me ? r.volume(RD) : 0);
-        pack_box(nd, src, r.sshape(), r.sorigin(me), RD, sbuf.data());
+        typename Mem::template Buffer<T> sbuf(r.volume(RD)), rbuf(int64_t(mem[root]) == me ? r.volume(RD) : 0);
+        Mem::pack(nd, src, r.sshape(), r.sorigin(me), RD, RD + nd, sbuf.data());
         check(MPI_Reduce(sbuf.data(), rbuf.data(), int(sbuf.size()), ty, mpi_op(r.op()), root, gc), "Reduce");
-        if (int64_t(mem[root]) == me) unpack_box(nd, dst, r.dshape(), r.dorigin(me), D, rbuf.data());
+        if (int64_t(mem[root]) == me) Mem::unpack(nd, dst, r.dshape(), r.dorigin(me), D, D + nd, rbuf.data());
     } else if (mode == M_ALLGATHERV) {
         std::vector<int> counts(mem.size()), displs(mem.size());
         int64_t total = 0;
@@ -653,44 +771,45 @@ void redist(const Redist& r, const T* src, T* dst, int me) {
             displs[i] = int(total);
             total += counts[i];
         }
-        std::vector<T> mine(r.volume(r.piece(me))), all(total);
-        pack_box(nd, src, r.sshape(), r.sorigin(me), r.piece(me), mine.data());
+        const int64_t* mine_box = r.piece(me);
+        typename Mem::template Buffer<T> mine(r.volume(mine_box)), all(total);
+        Mem::pack(nd, src, r.sshape(), r.sorigin(me), mine_box, mine_box + nd, mine.data());
         check(MPI_Allgatherv(mine.data(), int(mine.size()), ty, all.data(), counts.data(), displs.data(), ty, gc),
               "Allgatherv");
         for (size_t i = 0; i < mem.size(); ++i)
-            unpack_box(nd, dst, r.dshape(), r.dorigin(me), r.piece(mem[i]), all.data() + displs[i]);
+            Mem::unpack(nd, dst, r.dshape(), r.dorigin(me), r.piece(mem[i]), r.piece(mem[i]) + nd,
+                        all.data() + displs[i]);
     } else {
         throw std::runtime_error("distsdfg: unknown redistribution mode");
     }
 }
 
-template <typename T>
+template <typename T, typename Mem>
 void fill(const Step& s, T* local, int me) {
     // F_ACC: the block holds a value to accumulate into; its first holder keeps it.
     if ((s.flags() & F_ACC) && s.pcolor(me) == 0) return;
     const int64_t n = volume(s.ndim(), s.lshape());
-    T v = Ops<T>::identity(s.op());
-    for (int64_t i = 0; i < n; ++i) local[i] = v;
+    Mem::fill(local, n, Ops<T>::identity(s.op()));
 }
 
-/// Runs step ``index`` of ``plan`` (``plan[0]`` steps, ``plan[1 + i]`` the offset of step i).
-template <typename T>
+/// Runs step ``index`` of ``plan`` (``plan[0]`` steps, ``plan[1 + i]`` the offset of step i) on
+/// local buffers that ``Mem`` can touch (HostMem: host memory; DeviceMem: device memory).
+template <typename T, typename Mem = HostMem>
 void run_step(const int64_t* plan, int64_t index, const T* src, T* dst) {
     Step s{plan + plan[1 + index]};
     int me;
     MPI_Comm_rank(world(), &me);
     if (me >= s.nranks()) throw std::runtime_error("distsdfg: the plan was made for fewer ranks");
-    if (s.kind() == REDIST) {
-        redist<T>(Redist{s.t}, src, dst, me);
-        return;
-    }
+    Mem::begin();
     switch (s.kind()) {
-        case SCATTER: scatter<T>(s, src, dst, me); break;
-        case GATHER: gather<T>(s, src, dst, me, false); break;
-        case REDUCE: gather<T>(s, src, dst, me, true); break;
-        case FILL: fill<T>(s, dst, me); break;
+        case SCATTER: scatter<T, Mem>(s, src, dst, me); break;
+        case GATHER: gather<T, Mem>(s, src, dst, me, false); break;
+        case REDUCE: gather<T, Mem>(s, src, dst, me, true); break;
+        case FILL: fill<T, Mem>(s, dst, me); break;
+        case REDIST: redist<T, Mem>(Redist{s.t}, src, dst, me); break;
         default: throw std::runtime_error("distsdfg: unknown step kind");
     }
+    Mem::end();
 }
 
 }  // namespace

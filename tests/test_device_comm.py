@@ -28,18 +28,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Together these emit every collective of the solver (asserted below).
 EMULATED = [
     "matmul:gemm_map=2,2,1",                                        # Scatterv + Bcast, Gatherv
-    "matmul:gemm_map=1,1,4",                                        # Reduce (sum) to rank 0
     "reduce_max:reduce_output=2,2",                                 # Reduce (max)
-    "reduce_sum:reduce_output=2,2",
     "add_odd:_Mult__map=3,1;_Add__map=4,1",                         # uneven blocks, Alltoallw
     "add_scalar:_Add__map=4",                                       # a scalar argument
     "spmv:spmv=4",                                                  # int32 index arrays
     "softmax:*=1,1,1,4",                                            # float32 Allreduce (max, sum)
-    "chain:_MatMult_.gemm_map=1,1,4;_MatMult__2.gemm_map=1,1,4",    # Reduce_scatter
+    "chain:_MatMult_.gemm_map=1,1,4;_MatMult__2.gemm_map=1,1,4",    # Reduce_scatter, Reduce (sum)
     "chain:_MatMult_.gemm_map=2,1,2;_MatMult__2.gemm_map=1,1,4",    # Alltoallv of partial sums
     "chain:_MatMult_.gemm_map=4,1,1;_MatMult__2.gemm_map=2,2,1",    # Allgatherv
     "jacobi1d:*=4",                                                 # halos in place: Isend/Irecv
     "jacobi2d:*=2,2",                                               # strided 2-D halos
+    "masked:_Gt__map=4,1;_numpy_logical_and__map=1,4",             # booleans, rows to columns
 ]
 COLLECTIVES = {"Scatterv", "Bcast", "Gatherv", "Reduce", "Allreduce", "Reduce_scatter", "Allgatherv",
                "Alltoallw", "Alltoallv", "Isend/Irecv"}

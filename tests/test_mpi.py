@@ -23,6 +23,7 @@ CASES = {
         "projection:einsum_map=1,1,1,4,1",
         "spmv:spmv=4",
         "add_odd:_Mult__map=3,1;_Add__map=4,1",
+        "masked:*=2,2",                             # boolean arrays in and out
     ],
     8: ["add3d:_Add__map=2,2,2", "reduce_sum:reduce_output=2,4", "matmul:gemm_map=2,2,2",
         "repartition:_Mult__map=4,2;_Add__map=2,4"],

@@ -99,8 +99,8 @@ def _rel_err(out, ref) -> float:
     out, ref = np.asarray(out), np.asarray(ref)
     if out.shape != ref.shape:
         return float("inf")
-    if np.issubdtype(ref.dtype, np.integer):
-        return float(np.abs(out.astype(np.int64) - ref).max()) if out.size else 0.0
+    if np.issubdtype(ref.dtype, np.integer) or ref.dtype == np.bool_:       # exact
+        return float(np.abs(out.astype(np.int64) - ref.astype(np.int64)).max()) if out.size else 0.0
     return float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-300))
 
 

@@ -81,6 +81,11 @@ def add_odd(x: dace.float64[10, 7], y: dace.float64[10, 7]):
 
 
 @dace.program
+def masked(A: dace.float64[12, 10], M: dace.bool_[12, 10]):
+    return np.logical_and(M, A > 0.5)       # boolean in, boolean out
+
+
+@dace.program
 def chain(A: dace.float64[128, 112], B: dace.float64[112, 96], C: dace.float64[96, 80]):
     return (A @ B) @ C
 
@@ -455,6 +460,8 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
             lambda r: {"A": r.random((64, 8)), "B": r.random((8, 64)), "C": r.random((64, 8)), "D": r.random((8, 512)),
                        "E": r.random((512, 64))},
             lambda A, B, C, D, E: (A @ B) + (C @ (D @ E)), (("NS", 64), ("NT", 8), ("NH", 512))),
+    Program("masked", masked, lambda r: {"A": r.random((12, 10)), "M": r.random((12, 10)) > 0.3},
+            lambda A, M: np.logical_and(M, A > 0.5)),
     Program("add_odd", add_odd, lambda r: {"x": r.random((10, 7)), "y": r.random((10, 7))}, lambda x, y: x * y + 1.0),
     Program("jacobi1d", jacobi1d, lambda r: {"A": r.random(3202), "B": r.random(3202), "TSTEPS": 50}, _jacobi1d_ref,
             outputs=("A", "B")),

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <utility>
@@ -94,6 +95,30 @@ template <typename R> struct Ops<std::complex<R>> {
     static std::complex<R> apply(int64_t op, std::complex<R> a, std::complex<R> b) {
         return op == OP_PROD ? a * b : a + b;
     }
+};
+
+/// A host array of T with the few std::vector operations used here; unlike std::vector<bool>
+/// it keeps bool elements addressable (data()), so boolean arrays are sent like any other.
+template <typename T> class Array {
+    std::unique_ptr<T[]> p_;
+    size_t n_ = 0;
+public:
+    Array() = default;
+    explicit Array(size_t n) : p_(n ? new T[n]() : nullptr), n_(n) {}
+    Array(size_t n, T v) : Array(n) { std::fill(p_.get(), p_.get() + n, v); }
+    T* data() { return p_.get(); }
+    const T* data() const { return p_.get(); }
+    size_t size() const { return n_; }
+    bool empty() const { return n_ == 0; }
+    T& operator[](size_t i) { return p_[i]; }
+    const T& operator[](size_t i) const { return p_[i]; }
+    /// n value-initialised elements (the old ones are dropped).
+    void reset(size_t n) { Array(n).swap(*this); }
+    void assign(const T* first, const T* last) {
+        reset(size_t(last - first));
+        std::copy(first, last, p_.get());
+    }
+    void swap(Array& o) noexcept { std::swap(p_, o.p_); std::swap(n_, o.n_); }
 };
 
 /// A view of one step's table.
@@ -192,7 +217,7 @@ inline int64_t volume(int64_t nd, const int64_t* shape) {
 // communication pattern through it to check the device code path without a GPU.
 
 struct HostMem {
-    template <typename T> using Buffer = std::vector<T>;
+    template <typename T> using Buffer = Array<T>;
     static void begin() {}
     static void end() {}
     template <typename T>
@@ -300,7 +325,7 @@ struct PlaneMem {
                         const int64_t* start, const int64_t* size, const T* in) {
         const int64_t n = volume(nd, size);
         if (n == 0) return;
-        std::vector<T> cur(n), add(n);
+        Array<T> cur(n), add(n);
         pack(nd, static_cast<const T*>(buf), shape, origin, start, size, cur.data());
         Prim::copy2d(add.data(), n * sizeof(T), in, n * sizeof(T), n * sizeof(T), 1);
         for (int64_t j = 0; j < n; ++j) cur[j] = Ops<T>::apply(op, cur[j], add[j]);
@@ -308,7 +333,7 @@ struct PlaneMem {
     }
     template <typename T> static void fill(T* p, int64_t n, T v) {
         if (n == 0) return;
-        std::vector<T> h(n, v);
+        Array<T> h(n, v);
         Prim::copy2d(p, n * sizeof(T), h.data(), n * sizeof(T), n * sizeof(T), 1);
     }
 };
@@ -436,7 +461,7 @@ void scatter(const Step& s, const T* global, T* local, int me) {
     if (s.pcolor(me) >= 0) {
         auto mem = members(s, true, s.pcolor(me));
         std::vector<int> counts(mem.size()), displs;
-        std::vector<T> sendbuf;
+        Array<T> sendbuf;
         const T* send = global;
         if (me == 0) {
             for (size_t i = 0; i < mem.size(); ++i) counts[i] = int(s.count(mem[i]));
@@ -448,7 +473,7 @@ void scatter(const Step& s, const T* global, T* local, int me) {
                     displs[i] = int(total);
                     total += counts[i];
                 }
-                sendbuf.resize(total);
+                sendbuf.reset(total);
                 for (size_t i = 0; i < mem.size(); ++i) pack_global(s, global, mem[i], sendbuf.data() + displs[i]);
                 send = sendbuf.data();
             }
@@ -497,13 +522,13 @@ void gather(const Step& s, const T* local, T* global, int me, bool reduce) {
             return;
         }
     }
-    std::vector<T> recvbuf;
-    if (me == 0) recvbuf.resize(total);
+    Array<T> recvbuf;
+    if (me == 0) recvbuf.reset(total);
     check(MPI_Gatherv(send, int(n), ty, recvbuf.data(), counts.data(), displs.data(), ty, 0, pc), "Gatherv");
     if (me != 0) return;
     const int64_t nd = s.ndim();
     const int64_t gsize = s.gextent();
-    std::vector<T> snapshot;
+    Array<T> snapshot;
     std::vector<char> seen;
     if (merge) snapshot.assign(global, global + gsize);
     if (mask) seen.assign(gsize, 0);

@@ -44,14 +44,10 @@ class ExpandDistributedMemletMPI(ExpandTransformation):
 
 
 @dace.library.expansion
-class ExpandDistributedMemletCUDA(ExpandTransformation):
+class ExpandDistributedMemletCUDA(ExpandDistributedMemletMPI):
     """The same on device buffers (``buffers="device"``): the runtime with its CUDA memory policy."""
 
     environments = [DistSDFGRuntimeCUDA]
-
-    @staticmethod
-    def expansion(node, parent_state, parent_sdfg, **kwargs):
-        return _expand(node, parent_state, parent_sdfg)
 
 
 @dace.library.node

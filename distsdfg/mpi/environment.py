@@ -25,18 +25,6 @@ class DistSDFGRuntime:
 
 
 @dace.library.environment
-class DistSDFGRuntimeCUDA:
+class DistSDFGRuntimeCUDA(DistSDFGRuntime):
     """The runtime for steps on device buffers (CUDA-aware MPI); the program links CUDA already."""
-    cmake_minimum_version = None
-    cmake_packages = []
-    cmake_variables = {}
-    cmake_includes = [INCLUDE_DIR]
-    cmake_libraries = []
-    cmake_compile_flags = []
-    cmake_link_flags = []
-    cmake_files = []
     headers = ["distsdfg_runtime.h", "distsdfg_runtime_cuda.h"]
-    state_fields = []
-    init_code = ""
-    finalize_code = ""
-    dependencies = [MPI]

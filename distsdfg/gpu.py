@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import shutil
 import stat
@@ -84,10 +85,11 @@ def gpu_available() -> bool:
 _MPI_LIBS = ("libmpi.so.12", "libmpi.so.40", "libmpi_cray.so.12", "libmpi.so")
 
 
+@functools.lru_cache(maxsize=None)
 def mpi_cuda_support() -> Optional[bool]:
     """Whether the MPI library this process uses accepts device pointers: ``MPIX_Query_cuda_support()``
     of MPICH (4.0 on) or Open MPI; ``None`` when the library does not say. Call it after MPI is
-    initialised (mpi4py's ``MPI`` imported)."""
+    initialised (mpi4py's ``MPI`` imported); the answer is kept for the process."""
     for name in _MPI_LIBS:
         try:
             lib = ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)    # only an MPI already loaded

@@ -569,8 +569,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     sdfg.name = f"{original}_d{_schedule_hash(original, schedule, tag, sorted(placed))}"
     sdfg._distsdfg = Lowered(schedule.with_sdfg(original) if schedule.sdfg is None else schedule, original,
                              rw.steps, kgrids, even_checks, target, getattr(rw, "home_specs", list)(),
-                             dict(getattr(rw, "boundary", {})), source)
-    sdfg._distsdfg.comm = comm
+                             dict(getattr(rw, "boundary", {})), source, comm=comm)
     if target == "gpu":
         from .gpu import OffloadKernels
         if sdfg._distsdfg.homes:

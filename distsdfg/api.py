@@ -82,7 +82,8 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
         raise DistributedLoweringError(f"target {target!r} is not supported; use 'cpu' or 'gpu'")
     if cuda_aware_mpi and target != "gpu":
         raise DistributedLoweringError("cuda_aware_mpi=True hands GPU buffers to MPI: it needs target='gpu'")
-    return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement, cuda_aware_mpi=cuda_aware_mpi)
+    return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement,
+                      comm="device" if cuda_aware_mpi else "host")
 
 
 def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=None) -> DistributedProgram:  # noqa: A001
@@ -98,6 +99,5 @@ def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=
         low = lowered_of(sdfg)
         original = dc.from_json(low.source)
         if placed_arrays(original, placement) != set(low.boundary):
-            sdfg = lower_sdfg(original, low.schedule, target=low.target, placement=placement,
-                              cuda_aware_mpi=low.comm == "device")
+            sdfg = lower_sdfg(original, low.schedule, target=low.target, placement=placement, comm=low.comm)
     return compile_distributed(sdfg, comm=comm, verbose=verbose)

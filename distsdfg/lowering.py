@@ -513,9 +513,14 @@ def _schedule_hash(sdfg_name: str, schedule: Schedule, target: str, placed=()) -
     return h[:10]
 
 
-def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None,
-               cuda_aware_mpi: bool = False) -> SDFG:
+def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host") -> SDFG:
+    """``comm``: where communication steps find their local buffers (``Lowered.comm``): "host",
+    "device" (target gpu: GPU buffers to a CUDA-aware MPI) or "emulated" (target cpu: the device
+    code path over host memory, for tests)."""
     from .placement import placed_arrays
+    if (comm, target) not in (("host", "cpu"), ("host", "gpu"), ("device", "gpu"), ("emulated", "cpu")):
+        raise DistributedLoweringError(f"comm={comm!r} does not go with target={target!r}: device buffers need "
+                                       f"target='gpu', the emulated device path target='cpu'")
     if getattr(sdfg, "_distsdfg", None) is not None:
         raise DistributedLoweringError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
                                        f"(prog.to_sdfg()) for another schedule")
@@ -564,7 +569,6 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
         kgrids.append(KernelGrid(kp.kernel.index, kp.kernel.label, tuple(m.info.key for m in kp.kernel.maps),
                                  kp.grid, tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid))))
     original = sdfg.name
-    comm = "device" if cuda_aware_mpi else "host"
     tag = target if comm == "host" else f"{target}+{comm}"
     sdfg.name = f"{original}_d{_schedule_hash(original, schedule, tag, sorted(placed))}"
     sdfg._distsdfg = Lowered(schedule.with_sdfg(original) if schedule.sdfg is None else schedule, original,
@@ -576,6 +580,9 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
             raise UnsupportedProgramError(
                 f"target='gpu': `{original}` keeps arrays in home buffers (loops, branches or distributed placement), "
                 f"which the GPU target does not stage yet; use target='cpu' for it")
-        OffloadKernels(cuda_aware_mpi).apply_pass(sdfg, {})
+        OffloadKernels(cuda_aware_mpi=comm == "device").apply_pass(sdfg, {})
+    elif comm == "emulated":
+        from .gpu import DeviceBufferComm
+        DeviceBufferComm("emulated").apply_pass(sdfg, {})
     sdfg.validate()
     return sdfg

@@ -54,7 +54,7 @@ def emulated(tmp_path_factory):
                         timeout=1500)
     proc = subprocess.run(argv, env=env, cwd=str(tmp), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    built = " ".join(open(p).read() for p in tmp.glob(".dacecache/*_emu/src/cpu/*.cpp"))
+    built = " ".join(open(p).read() for p in tmp.glob(".dacecache/*/src/cpu/*.cpp"))
     return {r["case"]: r for r in json.loads(out.read_text())}, built
 
 

@@ -14,24 +14,6 @@ __all__ = ["DistributedMemlet", "BUFFERS"]
 BUFFERS = {"host": "HostMem", "device": "DeviceMem", "emulated": "EmulatedDeviceMem"}
 
 
-def _expand(node, parent_state, parent_sdfg):
-    out_edge = next(e for e in parent_state.out_edges(node) if e.src_conn == "_out")
-    desc = parent_sdfg.arrays[out_edge.data.data]
-    ctype = desc.dtype.ctype
-    src = "_in" if "_in" in node.in_connectors else "nullptr"
-    ins = {"_plan": dace.pointer(dace.int64)}
-    if "_in" in node.in_connectors:
-        in_edge = next(e for e in parent_state.in_edges(node) if e.dst_conn == "_in")
-        if isinstance(parent_sdfg.arrays[in_edge.data.data], dace.data.Scalar):
-            ins["_in"] = desc.dtype       # a scalar arrives by value
-            src = "&_in"
-        else:
-            ins["_in"] = dace.pointer(desc.dtype)
-    code = f"distsdfg::run_step<{ctype}, distsdfg::{BUFFERS[node.buffers]}>(_plan, {node.step}, {src}, _out);"
-    return dace.sdfg.nodes.Tasklet(node.name, ins, {"_out": dace.pointer(desc.dtype)}, code,
-                                   language=dtypes.Language.CPP, side_effects=True)
-
-
 @dace.library.expansion
 class ExpandDistributedMemletMPI(ExpandTransformation):
     """Expands to one call of ``distsdfg::run_step`` on the step's table in the plan array."""
@@ -40,7 +22,21 @@ class ExpandDistributedMemletMPI(ExpandTransformation):
 
     @staticmethod
     def expansion(node, parent_state, parent_sdfg, **kwargs):
-        return _expand(node, parent_state, parent_sdfg)
+        out_edge = next(e for e in parent_state.out_edges(node) if e.src_conn == "_out")
+        desc = parent_sdfg.arrays[out_edge.data.data]
+        ctype = desc.dtype.ctype
+        src = "_in" if "_in" in node.in_connectors else "nullptr"
+        ins = {"_plan": dace.pointer(dace.int64)}
+        if "_in" in node.in_connectors:
+            in_edge = next(e for e in parent_state.in_edges(node) if e.dst_conn == "_in")
+            if isinstance(parent_sdfg.arrays[in_edge.data.data], dace.data.Scalar):
+                ins["_in"] = desc.dtype       # a scalar arrives by value
+                src = "&_in"
+            else:
+                ins["_in"] = dace.pointer(desc.dtype)
+        code = f"distsdfg::run_step<{ctype}, distsdfg::{BUFFERS[node.buffers]}>(_plan, {node.step}, {src}, _out);"
+        return dace.sdfg.nodes.Tasklet(node.name, ins, {"_out": dace.pointer(desc.dtype)}, code,
+                                       language=dtypes.Language.CPP, side_effects=True)
 
 
 @dace.library.expansion

@@ -27,13 +27,9 @@ def parse_case(text: str):
 
 
 def _lower(sdfg, sched, target: str, buffers: str):
-    import distsdfg
-    distsdfg.lower(sdfg, sched, target=target, cuda_aware_mpi=buffers == "device")
-    if buffers == "emulated":
-        from distsdfg.gpu import DeviceBufferComm
-        DeviceBufferComm("emulated").apply_pass(sdfg, {})
-        sdfg._distsdfg.comm = "emulated"
-        sdfg.name += "_emu"             # its own build
+    from distsdfg.lowering import lower_sdfg
+    from distsdfg.schedule import as_schedule
+    lower_sdfg(sdfg, as_schedule(sched), target=target, comm=buffers)
 
 
 def run_case(text: str, comm, target: str = "cpu", buffers: str = "host"):

@@ -25,8 +25,8 @@ from typing import Dict, List, Optional, Sequence
 
 from . import report
 from .blas import NUMPY_BLAS, single_thread_env
-from .pmpi import build as build_counter
-from .pmpi import cache_dir
+from distsdfg.testing.pmpi import build as build_counter
+from distsdfg.testing.pmpi import cache_dir
 from .scaling import PROCS as SCALING_PROCS
 from .scaling import WORKLOADS as SCALING_WORKLOADS
 from .scaling import scaling as scaling_view

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from .pmpi import cache_dir
+from distsdfg.testing.pmpi import cache_dir
 
 NUMPY_BLAS = "NumPy's bundled OpenBLAS"
 

@@ -20,6 +20,8 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+from distsdfg.testing.pmpi import byte_fields
+
 from . import blas
 from .workloads import Workload, get, sizes_of
 
@@ -72,48 +74,6 @@ def counted(counters, call: Callable):
     counters.reset()
     out = call()
     return out, counters.snapshot()
-
-
-def per_rank(snapshots, kind: str) -> Dict[str, Dict[str, List[int]]]:
-    """{call: {"sent": [per rank], "received": [...]}} from every rank's snapshot."""
-    names = sorted({n for s in snapshots for n in s[kind]})
-    return {n: {"sent": [s[kind].get(n, (0, 0, 0))[1] for s in snapshots],
-                "received": [s[kind].get(n, (0, 0, 0))[2] for s in snapshots]} for n in names}
-
-
-def report_per_call(report, nprocs: int) -> Dict[str, Dict[str, List[int]]]:
-    """comm_report's steps summed per MPI call, with its ``Isend/Irecv`` split into the two calls."""
-    out: Dict[str, Dict[str, List[int]]] = {}
-
-    def add(name, sent, received):
-        d = out.setdefault(name, {"sent": [0] * nprocs, "received": [0] * nprocs})
-        d["sent"] = [a + b for a, b in zip(d["sent"], sent)]
-        d["received"] = [a + b for a, b in zip(d["received"], received)]
-    for s in report:
-        sent, recv = s.total_sent, s.total_received
-        if s.collective == "Isend/Irecv":
-            add("Isend", sent, [0] * nprocs)
-            add("Irecv", [0] * nprocs, recv)
-        else:
-            add(s.collective, sent, recv)
-    return out
-
-
-def totals(per_call: Dict[str, Dict[str, List[int]]], nprocs: int) -> Dict[str, List[int]]:
-    return {k: [sum(d[k][q] for d in per_call.values()) for q in range(nprocs)] for k in ("sent", "received")}
-
-
-def byte_fields(snapshots, report, nprocs: int) -> Dict[str, object]:
-    """Measured bytes per rank, comm_report's (when given) and whether they agree call by call."""
-    measured = per_rank(snapshots, "data")
-    control = totals(per_rank(snapshots, "control"), nprocs)
-    out = {"pmpi": measured, "pmpi_total": totals(measured, nprocs),
-           "control_bytes": sum(control["sent"])}
-    if report is not None:
-        expected = {k: v for k, v in report_per_call(report, nprocs).items() if any(v["sent"]) or any(v["received"])}
-        nonzero = {k: v for k, v in measured.items() if any(v["sent"]) or any(v["received"])}
-        out.update(report=expected, report_total=totals(expected, nprocs), pmpi_equals_report=nonzero == expected)
-    return out
 
 
 def sdfg_name(w: Workload, grids: dict, nprocs: int) -> str:
@@ -180,7 +140,7 @@ def spmd_inputs(control, w: Workload, sizes: dict, seed: int):
 def run_mpi(config: dict) -> List[Row]:
     from mpi4py import MPI
 
-    from .pmpi import Counters, preloaded
+    from distsdfg.testing.pmpi import Counters, preloaded
     from .schedules import schedule_for
     comm = MPI.COMM_WORLD
     control = comm.Dup()      # the benchmark's and distsdfg's own pickled messages go here

@@ -32,12 +32,17 @@ def environment(env: Optional[dict] = None) -> str:
 
 
 def mpiexec_argv(nprocs: int, script: Sequence[str], *, mpiexec: Optional[str] = None,
-                 python: Optional[str] = None, timeout: Optional[float] = None) -> List[str]:
-    """``[timeout T] mpiexec -n P python -m mpi4py SCRIPT...``: one failing rank aborts the whole job."""
+                 python: Optional[str] = None, timeout: Optional[float] = None,
+                 genv: Optional[dict] = None) -> List[str]:
+    """``[timeout T] mpiexec -n P [-genv K V ...] python -m mpi4py SCRIPT...``: one failing rank aborts the
+    whole job; ``genv`` sets variables in every rank only (not in mpiexec itself)."""
     argv = []
     if timeout:
         argv += ["timeout", str(int(timeout))]
-    argv += [mpiexec or find_mpiexec(), "-n", str(int(nprocs)), python or sys.executable, "-m", "mpi4py"]
+    argv += [mpiexec or find_mpiexec(), "-n", str(int(nprocs))]
+    for k, v in (genv or {}).items():
+        argv += ["-genv", str(k), str(v)]
+    argv += [python or sys.executable, "-m", "mpi4py"]
     return argv + list(script)
 
 

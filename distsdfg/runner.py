@@ -150,7 +150,7 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
     from mpi4py import MPI
 
     import distsdfg
-    from .runtime import build
+    from .runtime import build, idle_bcast
     comm = comm or MPI.COMM_WORLD
     rank = comm.rank
     say = (lambda msg: print(f"[distsdfg] {msg}", file=sys.stderr, flush=True)) if rank == 0 else (lambda msg: None)
@@ -164,7 +164,7 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
             from .placement import boundary_pricing
             sched = (distsdfg.auto_schedule(sdfg, P, inputs=boundary_pricing(placement), **sizes) if rank == 0
                      else None)
-            sched = comm.bcast(sched, root=0) if not compile_only else sched
+            sched = idle_bcast(comm, sched) if not compile_only else sched
         else:
             sched = parse_schedule(schedule, sdfg)
         distsdfg.lower(sdfg, sched, target=target, placement=placement, cuda_aware_mpi=cuda_aware_mpi)
@@ -202,7 +202,7 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
                     code = 3
                 else:
                     say("check against a single-process run: OK")
-        return comm.bcast(code, root=0)
+        return idle_bcast(comm, code)     # rank 0 may still be checking against a single-process run
     except SystemExit:
         raise
     except Exception as exc:

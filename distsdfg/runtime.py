@@ -16,12 +16,29 @@ from .errors import CommunicatorSizeError, DistributedLoweringError, InputError
 from .lowering import PLAN_ARRAY, PLAN_LEN, Lowered
 from .plan import ConcreteStep, encode_plan, evaluate, solve_homes, solve_step
 
-__all__ = ["DistributedProgram", "compile_distributed", "solve_plan", "symbol_values"]
+__all__ = ["DistributedProgram", "compile_distributed", "solve_plan", "symbol_values", "idle_bcast"]
 
 
 def _comm(comm=None):
     from mpi4py import MPI
     return comm if comm is not None else MPI.COMM_WORLD
+
+
+def idle_bcast(comm, obj=None, root: int = 0, poll: float = 0.002):
+    """``comm.bcast(obj, root)`` whose waiting ranks sleep instead of spinning in MPI.
+
+    MPI's blocking calls busy-poll: while the root compiles or plans for seconds, every other
+    rank would burn a core, which halves the root's speed when ranks share cores (a laptop, a
+    CI machine, oversubscribed tests). The ranks first meet in a non-blocking barrier that the
+    others test every ``poll`` seconds. For set-up steps only, never on a program call's path.
+    """
+    req = comm.Ibarrier()
+    if comm.rank == root:
+        req.Wait()
+    else:
+        while not req.Test():
+            time.sleep(poll)
+    return comm.bcast(obj, root=root)
 
 
 def lowered_of(sdfg: SDFG) -> Lowered:
@@ -353,7 +370,7 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
     # Every rank plans from rank 0's lowering: the binary was built from it.
-    folder, error, low = comm.bcast((folder, error, lowered_of(sdfg) if comm.rank == 0 else None), root=0)
+    folder, error, low = idle_bcast(comm, (folder, error, lowered_of(sdfg) if comm.rank == 0 else None))
     sdfg._distsdfg = low
     if error is not None:
         raise DistributedLoweringError(f"compiling `{sdfg.name}` failed on rank 0: {error}")

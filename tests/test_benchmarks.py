@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import pmpi  # noqa: E402
+from distsdfg.testing import pmpi  # noqa: E402
 from benchmarks.handwritten import blocks  # noqa: E402
 from benchmarks.schedules import schedule_for  # noqa: E402
 from benchmarks.workloads import WORKLOADS, sizes_of  # noqa: E402
@@ -128,7 +128,7 @@ def test_blocks_cover_the_range():
 COUNTED = """
 import numpy as np
 from mpi4py import MPI
-from benchmarks.pmpi import Counters, preloaded
+from distsdfg.testing.pmpi import Counters, preloaded
 c = Counters(preloaded())
 comm = MPI.COMM_WORLD
 control = comm.Dup()

@@ -18,7 +18,7 @@ from dace import dtypes
 import distsdfg
 from distsdfg import dace_compat as dc
 from distsdfg.errors import DistributedLoweringError
-from distsdfg.launch import mpiexec_argv
+from distsdfg.testing.mpirun import bytes_mismatch, counted_argv
 from distsdfg.lowering import PLAN_ARRAY
 from distsdfg.mpi import DistributedMemlet
 from distsdfg.testing.programs import get
@@ -50,7 +50,7 @@ def emulated(tmp_path_factory):
     out = tmp / "out.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    argv = mpiexec_argv(4, ["-m", "distsdfg.testing.mpirun", "--comm", "emulated", str(out)] + EMULATED,
+    argv = counted_argv(4, ["-m", "distsdfg.testing.mpirun", "--comm", "emulated", str(out)] + EMULATED,
                         timeout=1500)
     proc = subprocess.run(argv, env=env, cwd=str(tmp), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -63,6 +63,7 @@ def test_device_code_path_matches_numpy(emulated, case):
     r = emulated[0][case]
     assert "error" not in r, r.get("trace", r.get("error"))
     assert r["shape_ok"]
+    assert bytes_mismatch(r) is None, bytes_mismatch(r)     # PMPI-measured bytes == comm_report
     tol = 0 if r["dtype"].startswith("int") else 1e-5 if r["dtype"] == "float32" else 1e-10
     assert r["rel_err"] <= tol, r["rel_err"]
 

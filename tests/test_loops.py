@@ -14,7 +14,7 @@ import pytest
 
 import distsdfg
 from distsdfg import dace_compat as dc
-from distsdfg.launch import mpiexec_argv
+from distsdfg.testing.mpirun import bytes_mismatch, counted_argv
 from distsdfg.redistribute import plan_redistribution
 from distsdfg.testing.programs import get
 
@@ -147,7 +147,7 @@ def results(tmp_path_factory):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0",
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    argv = mpiexec_argv(4, ["-m", "distsdfg.testing.mpirun", str(out)] + CASES, timeout=1500)
+    argv = counted_argv(4, ["-m", "distsdfg.testing.mpirun", str(out)] + CASES, timeout=1500)
     proc = subprocess.run(argv, env=env, cwd=str(tmp), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {r["case"]: r for r in json.loads(out.read_text())}
@@ -159,6 +159,7 @@ def test_loop_program_matches_numpy(results, case):
     assert "error" not in r, r.get("trace", r.get("error"))
     assert r["shape_ok"]
     assert r["rel_err"] <= 1e-10, r["rel_err"]
+    assert bytes_mismatch(r) is None, bytes_mismatch(r)     # PMPI-measured bytes == comm_report
 
 
 def test_loops_never_gather_per_iteration(results):

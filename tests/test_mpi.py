@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from distsdfg.launch import mpiexec_argv
+from distsdfg.testing.mpirun import bytes_mismatch, counted_argv
 from distsdfg.testing.programs import MEGATRON_SCHEDULE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,7 +52,7 @@ def _run(nprocs, cases, tmp_path):
     out = tmp_path / f"results_{nprocs}.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    argv = mpiexec_argv(nprocs, ["-m", "distsdfg.testing.mpirun", str(out)] + cases, timeout=1500)
+    argv = counted_argv(nprocs, ["-m", "distsdfg.testing.mpirun", str(out)] + cases, timeout=1500)
     proc = subprocess.run(argv, env=env, cwd=str(tmp_path), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {r["case"]: r for r in json.loads(out.read_text())}
@@ -72,6 +72,7 @@ def test_case_matches_numpy(results, nprocs, case):
     r = results[nprocs][case]
     assert "error" not in r, r.get("trace", r.get("error"))
     assert r["shape_ok"]
+    assert bytes_mismatch(r) is None, bytes_mismatch(r)     # PMPI-measured bytes == comm_report
     tol = 1e-5 if r["dtype"] == "float32" else 1e-10
     if r["dtype"].startswith("int"):
         assert r["rel_err"] == 0

@@ -21,7 +21,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 import distsdfg  # noqa: E402
-from distsdfg.launch import mpiexec_argv  # noqa: E402
+from distsdfg.testing.mpirun import bytes_mismatch, counted_argv  # noqa: E402
 from distsdfg.sharding import reshape_split  # noqa: E402
 from distsdfg.testing.torch_run import block, mlp  # noqa: E402
 from distsdfg.torch_ops import UnsupportedOpError  # noqa: E402
@@ -215,8 +215,7 @@ CASES = ["mlp:forward:data", "mlp:forward:megatron", "mlp:train-sgd:data", "mlp:
 def mpi_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("torch") / "results.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
-    cmd = mpiexec_argv(4, ["-m", "distsdfg.testing.torch_run", str(out), *CASES],
-                       timeout=1500)
+    cmd = counted_argv(4, ["-m", "distsdfg.testing.torch_run", str(out), *CASES], timeout=1500)
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {r["case"]: r for r in json.loads(out.read_text())}
@@ -227,6 +226,9 @@ def test_four_ranks_match_pytorch(mpi_results, case):
     r = mpi_results[case]
     assert "error" not in r, r.get("trace")
     assert r["rel_err"] <= TOL
+    assert len(r["bytes"]) == (3 if "train" in case else 1)
+    for b in r["bytes"]:           # every call: PMPI-measured bytes == comm_report, per MPI call and rank
+        assert bytes_mismatch({"bytes": b}) is None, bytes_mismatch({"bytes": b})
     if "train" in case:
         assert r["loss_err"] <= TOL and len(r["losses"]) == 3 and r["losses"][2] < r["losses"][0]
     grids = r["schedule"]

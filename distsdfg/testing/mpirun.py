@@ -2,6 +2,11 @@
 
     mpiexec -n 4 python -m mpi4py -m distsdfg.testing.mpirun [--target gpu] [--comm C] OUT.json 'matmul:gemm_map=2,2,1' ...
 
+Ranks started with the PMPI byte counter preloaded (``distsdfg.testing.pmpi.mpiexec_env()``)
+count the bytes of every MPI call the program makes; each result then holds them next to
+``comm_report``'s, call by call and rank by rank (``bytes``). The program's own Python-level
+messages go over a duplicate of ``MPI_COMM_WORLD`` and are counted apart.
+
 A case is ``program:label=grid;label=grid`` (a label matches MapInfo.label or key; ``*``
 names every map with as many parameters as the grid has entries). Each case is compiled once on rank 0.
 ``--comm device`` lowers with ``cuda_aware_mpi=True`` (target gpu); ``--comm emulated`` runs every
@@ -13,6 +18,7 @@ import functools
 import json
 import sys
 import traceback
+from typing import Optional
 
 import numpy as np
 
@@ -48,14 +54,14 @@ def run_case(text: str, comm, target: str = "cpu", buffers: str = "host"):
 def run_auto(text: str, comm, target: str = "cpu", buffers: str = "host"):
     """``program:auto``: the planner chooses the schedule for the communicator's size."""
     import distsdfg
-    from distsdfg.runtime import symbol_values
+    from distsdfg.runtime import idle_bcast, symbol_values
     from distsdfg.testing.programs import get
     p = get(text.split(":")[0])
     sdfg = p.sdfg()
     values = symbol_values(sdfg, p.inputs(np.random.default_rng(1234)), dict(p.symbols))
     sizes = {k: v for k, v in values.items() if k in sdfg.symbols}
     sched = distsdfg.auto_schedule(sdfg, comm.size, **sizes) if comm.rank == 0 else None
-    sched = comm.bcast(sched, root=0)            # plan on rank 0, like the lowering
+    sched = idle_bcast(comm, sched)              # plan on rank 0, like the lowering
     _lower(sdfg, sched, target, buffers)
     return _run_lowered(text, p, sdfg, sched.as_dict(), comm)
 
@@ -70,10 +76,10 @@ def _run_lowered(text, p, sdfg, sched, comm):
     counts = {k: v for k, v in inputs.items() if isinstance(v, (int, np.integer))}   # loop bounds
     counts.update({k: v for k, v in values.items() if k in sdfg.symbols})
     report = distsdfg.comm_report(sdfg, nprocs=comm.size, **counts)
-    fn = distsdfg.compile(sdfg)
+    fn = distsdfg.compile(sdfg, comm=comm)
     if comm.rank != 0:     # only rank 0's arrays count; scalars are taken from rank 0
         inputs = {k: np.zeros_like(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
-    out = fn(**inputs, **symbols)
+    out, measured = counted_call(comm, lambda: fn(**inputs, **symbols), report)
     if comm.rank != 0:
         return None
     ref = p.reference(**p.inputs(np.random.default_rng(1234)))
@@ -87,8 +93,23 @@ def _run_lowered(text, p, sdfg, sched, comm):
     return {"case": text, "schedule": {k: list(v) for k, v in dict(sched).items()},
             "shape_ok": shape_ok, "rel_err": err, "dtype": dtype,
             "outputs": {k: np.asarray(inputs[k]).tolist() for k in p.outputs if np.asarray(inputs[k]).size <= 8},
+            "bytes": measured,
             "report": [{"collective": s.collective, "array": s.array, "sent": list(s.sent),
                         "received": list(s.received), "repeats": s.repeats, "at_most": s.at_most} for s in report]}
+
+
+def counted_call(comm, call, report):
+    """``call()``'s result and, with the byte counter preloaded, on rank 0 every rank's measured
+    bytes next to ``report``'s (``distsdfg.testing.pmpi.byte_fields``); else None."""
+    from distsdfg.testing import pmpi
+    counters = pmpi.counters()
+    if counters is None:
+        return call(), None
+    comm.Barrier()
+    counters.reset()
+    out = call()
+    snaps = comm.gather(counters.snapshot(), root=0)
+    return out, (pmpi.byte_fields(snaps, report, comm.size) if comm.rank == 0 else None)
 
 
 def _rel_err(out, ref) -> float:
@@ -102,9 +123,15 @@ def _rel_err(out, ref) -> float:
 
 def run_cases(out_path: str, cases, run, quiet=("trace",)) -> None:
     """Run every case with ``run(case, comm)``; a failing case is recorded and the rest go on.
-    Rank 0 prints a line per case (without the ``quiet`` keys) and writes all results as JSON."""
+    Rank 0 prints a line per case (without the ``quiet`` keys) and writes all results as JSON.
+    ``comm`` is a duplicate of ``MPI_COMM_WORLD``: the byte counter counts its calls apart."""
     from mpi4py import MPI
-    comm = MPI.COMM_WORLD
+
+    from distsdfg.testing import pmpi
+    comm = MPI.COMM_WORLD.Dup()
+    counters = pmpi.counters()
+    if counters is not None:
+        counters.set_control(comm)
     results = []
     for c in cases:
         try:
@@ -115,10 +142,27 @@ def run_cases(out_path: str, cases, run, quiet=("trace",)) -> None:
                 print(f"rank {comm.rank}: case {c} failed: {exc}", file=sys.stderr)
         if comm.rank == 0:
             results.append(r)
-            print(json.dumps({k: v for k, v in r.items() if k not in quiet})[:400], flush=True)
+            print(json.dumps({k: v for k, v in r.items() if k not in quiet and k != "bytes"})[:400], flush=True)
     if comm.rank == 0:
         with open(out_path, "w") as f:
             json.dump(results, f, indent=1)
+
+
+def counted_argv(nprocs: int, script, timeout: float):
+    """mpiexec argv whose ranks preload the PMPI byte counter (built once, with the bundled mpicc)."""
+    from distsdfg.launch import mpiexec_argv
+    from distsdfg.testing import pmpi
+    return mpiexec_argv(nprocs, script, timeout=timeout, genv=pmpi.mpiexec_env())
+
+
+def bytes_mismatch(result) -> Optional[str]:
+    """None when the case's measured bytes equal comm_report's call by call and rank by rank, else why."""
+    b = result.get("bytes")
+    if b is None:
+        return "no bytes were measured (the PMPI byte counter was not preloaded)"
+    if not b["pmpi_equals_report"]:
+        return f"measured {b['pmpi']} but comm_report says {b['report']}"
+    return None
 
 
 def main(argv):

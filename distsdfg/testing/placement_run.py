@@ -12,6 +12,7 @@ rank's largest Python allocation (tracemalloc) and resident-memory growth. ``DIR
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import resource
@@ -67,6 +68,7 @@ def _rel(a, b) -> float:
 
 def run_case(case: str, comm, tag: int) -> dict:
     import distsdfg
+    from distsdfg.testing.mpirun import counted_call
     from distsdfg.testing.programs import get
     from distsdfg.placement import global_sizes
     name, sched, placement, calls = CASES[case]
@@ -75,7 +77,7 @@ def run_case(case: str, comm, tag: int) -> dict:
     inputs = p.inputs(np.random.default_rng(1234))
     sizes = dict(p.symbols)
     sdfg = _lower(name, sched, placement, sizes, P, tag)
-    prog = distsdfg.compile(sdfg)
+    prog = distsdfg.compile(sdfg, comm=comm)
     low = prog.lowered
     sizes = global_sizes(prog, inputs, sizes)
     lay = {a: prog.layout(a, **sizes) for a in inputs if isinstance(inputs[a], np.ndarray)}
@@ -83,13 +85,15 @@ def run_case(case: str, comm, tag: int) -> dict:
             if isinstance(v, np.ndarray) else v for a, v in inputs.items()}
     state = dict(inputs)
     out = None
+    report, measured = distsdfg.comm_report(prog.sdfg, nprocs=P, **sizes), []
     for _ in range(calls):
-        out = prog(**args, **sizes)
+        out, b = counted_call(comm, lambda: prog(**args, **sizes), report)
+        measured.append(b)
         ref = p.reference(**{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()})
         if p.outputs:
             state.update(ref)
     rec = {"case": case, "boundary": sorted(low.boundary), "report": _report(prog.sdfg, sizes, P),
-           "schedule": str(low.schedule)}
+           "schedule": str(low.schedule), "bytes": measured}
     errs = {}
     if p.outputs:
         for a in p.outputs:
@@ -161,20 +165,22 @@ def _reset_peak_rss() -> int:
 
 def run_npy(comm, folder: str, tag: int) -> dict:
     import distsdfg
+    from distsdfg.testing.mpirun import counted_call
     rank = comm.rank
     n = NPY_N
     src, dst = os.path.join(folder, "A.npy"), os.path.join(folder, "B.npy")
     if rank == 0:
         _write_input(src, n)
     sdfg = _lower("affine", {"*": (4, 1)}, "distributed", {"N": n}, comm.size, tag)
-    prog = distsdfg.compile(sdfg)
+    prog = distsdfg.compile(sdfg, comm=comm)
     la, lb = prog.layout("A", N=n), prog.layout("B", N=n)
+    report = distsdfg.comm_report(prog.sdfg, nprocs=comm.size, N=n)
     comm.Barrier()
     rss0 = _reset_peak_rss()
     tracemalloc.start()
     a = la.load(src, rank)
     b = lb.empty(rank)
-    prog(A=a, B=b, N=n)
+    _, measured = counted_call(comm, functools.partial(prog, A=a, B=b, N=n), report)
     del a
     lb.save(dst, b, rank, comm)
     _, peak = tracemalloc.get_traced_memory()
@@ -184,7 +190,7 @@ def run_npy(comm, folder: str, tag: int) -> dict:
     del b
     rec = {"case": "npy", "n": n, "report": _report(prog.sdfg, {"N": n}, comm.size),
            "peak": comm.gather(int(peak)), "block_bytes": comm.gather(block), "rss_growth": comm.gather(int(rss)),
-           "array_bytes": n * n * 8}
+           "array_bytes": n * n * 8, "bytes": [measured]}
     comm.Barrier()
     if rank == 0:      # check the written file against the input, chunk by chunk
         A, B = np.load(src, mmap_mode="r"), np.load(dst, mmap_mode="r")
@@ -199,8 +205,13 @@ def run_npy(comm, folder: str, tag: int) -> dict:
 
 def main(argv):
     from mpi4py import MPI
+
+    from distsdfg.testing import pmpi
     warnings.simplefilter("ignore")
-    comm = MPI.COMM_WORLD
+    comm = MPI.COMM_WORLD.Dup()      # the programs' and this script's own messages: counted apart
+    counters = pmpi.counters()
+    if counters is not None:
+        counters.set_control(comm)
     out_path, folder = argv[0], argv[1]
     cases = argv[2:] or list(CASES)
     results = []

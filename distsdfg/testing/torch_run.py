@@ -94,6 +94,7 @@ def _rel(a, b) -> float:
 
 def run_case(case: str, comm) -> dict:
     import distsdfg
+    from distsdfg.testing.mpirun import counted_call
     from distsdfg.torch_frontend import from_torch, from_torch_train_step
     torch = _torch()
     model_name, mode, shard = case.split(":")
@@ -117,12 +118,18 @@ def run_case(case: str, comm) -> dict:
     sched = distsdfg.schedule_from_shardings(sdfg, shardings, nprocs=comm.size)
     distsdfg.lower(sdfg, sched)
     report = distsdfg.comm_report(sdfg, nprocs=comm.size)
-    fn = distsdfg.compile(sdfg)
+    fn = distsdfg.compile(sdfg, comm=comm)
     result = {"case": case, "schedule": {k: list(v) for k, v in sched.items()},
-              "report": [{"collective": s.collective, "array": s.array, "sent": list(s.sent)} for s in report]}
+              "report": [{"collective": s.collective, "array": s.array, "sent": list(s.sent)} for s in report],
+              "bytes": []}
+
+    def call(args):     # every call's measured bytes (with the PMPI counter preloaded) next to comm_report's
+        out, measured = counted_call(comm, lambda: fn(**args), report)
+        result["bytes"].append(measured)
+        return out
     if mode == "forward":
         args = prog.arguments(x)
-        out = fn(**args)
+        out = call(args)
         if comm.rank == 0:
             result["rel_err"] = _rel(out, model(x).detach().numpy())
         return result
@@ -131,7 +138,7 @@ def run_case(case: str, comm) -> dict:
     ropt = _optimizer(mode.split("-")[1], ref.parameters())
     losses, ref_losses = [], []
     for _ in range(3):
-        loss = fn(**args)
+        loss = call(args)
         ropt.zero_grad()
         rl = torch.nn.CrossEntropyLoss()(ref(x), y)
         rl.backward()

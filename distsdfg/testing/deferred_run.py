@@ -67,6 +67,9 @@ class Counts:
             return orig(*args, **kwargs)
         setattr(cls, name, counted)
 
+    def reset(self):
+        self.n = dict.fromkeys(self.n, 0)
+
     def snapshot(self):
         return dict(self.n)
 
@@ -197,6 +200,7 @@ def main(argv):
         counts = Counts()
         results = []
         for run in [CASES[c] for c in argv[1:]] or list(CASES.values()):
+            counts.reset()       # each case counts from zero
             try:
                 rec = run(comm, counts)
             except Exception as exc:      # recorded; the test reports it

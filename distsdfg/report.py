@@ -5,8 +5,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from dace.sdfg import SDFG
 
-from .plan import CommStep, comm_steps
 from .deferred import planned
+from .plan import CommStep, comm_steps
 from .runtime import lowered_of, solve_plan
 
 if TYPE_CHECKING:

@@ -1,11 +1,13 @@
 """The public API: maps(), lower(), compile(), comm_report()."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Union
 
 from dace.sdfg import SDFG
 
-from .errors import DistributedLoweringError
+from .deferred import Deferred, DeferredProgram, defer
+from .errors import DistributedLoweringError, SymbolicSizeError
 from .kernels import MapInfo, maps
 from .lowering import lower_sdfg
 from .planner import auto_schedule, explain, schedule_cost
@@ -61,29 +63,36 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
     """Lower ``sdfg`` in place to an SPMD program that follows ``schedule``; returns ``sdfg``.
 
     ``schedule="auto"`` plans one with ``auto_schedule(sdfg, nprocs, **plan_options)`` (with
-    distributed placement, boundaries priced as free). ``placement``: ``"root"`` (default: rank 0
-    passes and receives arrays whole), ``"distributed"`` (every rank passes its own block, see
-    ``distsdfg.layout``), or ``{array: "root" | "distributed", "*": default}``.
+    distributed placement, boundaries priced as free). When planning needs sizes that the
+    program leaves symbolic and ``plan_options`` does not give, ``sdfg`` is left as it is and
+    marked to be planned at its first call: ``compile(sdfg)`` returns a program that plans,
+    lowers a copy and compiles it for the sizes of each new call (``distsdfg.deferred``).
+
+    ``placement``: ``"root"`` (default: rank 0 passes and receives arrays whole; the other
+    ranks may pass only the size symbols), ``"distributed"`` (every rank passes its own block,
+    see ``distsdfg.layout``), or ``{array: "root" | "distributed", "*": default}``.
 
     ``target="gpu"`` runs the ranks' kernels on their GPUs; communication is staged through
     pinned host buffers, or, with ``cuda_aware_mpi=True``, MPI gets the device buffers directly
     (needs an MPI built with CUDA support; checked before every call).
     """
-    if isinstance(schedule, str):
-        from .placement import boundary_pricing
-        plan_options = {"inputs": boundary_pricing(placement), **(plan_options or {})}
+    if target not in ("cpu", "gpu"):
+        raise DistributedLoweringError(f"target {target!r} is not supported; use 'cpu' or 'gpu'")
+    if cuda_aware_mpi and target != "gpu":
+        raise DistributedLoweringError("cuda_aware_mpi=True hands GPU buffers to MPI: it needs target='gpu'")
+    comm = "device" if cuda_aware_mpi else "host"
     if isinstance(schedule, str):
         if schedule != "auto":
             raise DistributedLoweringError(f"schedule must be a Schedule, a dict or 'auto', got {schedule!r}")
         if nprocs is None:
             raise DistributedLoweringError("lower(sdfg, 'auto') needs nprocs=P, the number of ranks to plan for")
-        schedule = auto_schedule(sdfg, nprocs, **(plan_options or {}))
-    if target not in ("cpu", "gpu"):
-        raise DistributedLoweringError(f"target {target!r} is not supported; use 'cpu' or 'gpu'")
-    if cuda_aware_mpi and target != "gpu":
-        raise DistributedLoweringError("cuda_aware_mpi=True hands GPU buffers to MPI: it needs target='gpu'")
-    return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement,
-                      comm="device" if cuda_aware_mpi else "host")
+        from .placement import boundary_pricing
+        try:
+            schedule = auto_schedule(sdfg, nprocs, **{"inputs": boundary_pricing(placement), **(plan_options or {})})
+        except SymbolicSizeError as exc:     # plan at the first call, when the sizes are known
+            return defer(sdfg, nprocs, exc.symbol, target=target, comm=comm, placement=placement,
+                         plan_options=plan_options)
+    return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement, comm=comm)
 
 
 def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=None) -> DistributedProgram:  # noqa: A001
@@ -91,7 +100,19 @@ def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=
 
     ``placement`` (see ``lower``) other than the one ``sdfg`` was lowered with lowers a copy of
     the original program with the same schedule first; the program's ``.sdfg`` is that copy.
+    A program that ``lower(sdfg, "auto")`` left to plan at its first call compiles nothing
+    here: its first call with new sizes plans, lowers and compiles (``DeferredProgram``).
     """
+    low = getattr(sdfg, "_distsdfg", None)
+    if isinstance(low, Deferred):
+        if placement is not None and placement != low.placement:
+            from . import dace_compat as dc
+            from .placement import placed_arrays
+            sdfg = dc.from_json(low.source)      # the original, marked for another placement
+            sdfg._distsdfg = dataclasses.replace(low, placement=placement, boundary={
+                a: "" for a in sorted(placed_arrays(sdfg, placement))}, _copies={})
+        from .runtime import _comm
+        return DeferredProgram(sdfg, _comm(comm), verbose)
     if placement is not None:
         from . import dace_compat as dc
         from .placement import placed_arrays

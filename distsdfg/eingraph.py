@@ -16,7 +16,7 @@ from dace.sdfg import SDFG
 
 from . import dace_compat as dc
 from .constraints import _dim_params
-from .errors import DistributedLoweringError
+from .errors import SymbolicSizeError
 from .kernels import find_kernels
 from .plan import evaluate
 from .tiling import iterations, rough_work
@@ -120,9 +120,8 @@ def _concrete(expr, values, what: str) -> int:
         import re
         m = re.search(r"symbol (\w+)", str(exc.args[0]))
         name = m.group(1) if m else str(exc.args[0])
-        raise DistributedLoweringError(
-            f"planning needs concrete sizes: {what} depends on `{name}`; pass it, e.g. "
-            f"auto_schedule(sdfg, nprocs, {name}=1024)") from None
+        raise SymbolicSizeError(f"planning needs concrete sizes: {what} depends on `{name}`; pass the sizes as "
+                                f"keywords, e.g. {name}=1024", name, what) from None
 
 
 #: Trip count assumed for a loop whose count the sizes given do not determine.

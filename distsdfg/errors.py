@@ -9,6 +9,7 @@ __all__ = [
     "CommunicatorSizeError",
     "InputError",
     "PlacementError",
+    "SymbolicSizeError",
 ]
 
 
@@ -42,3 +43,12 @@ class InputError(DistributedLoweringError):
 
 class PlacementError(DistributedLoweringError):
     """A placement names an array that cannot live distributed at the program's boundary."""
+
+
+class SymbolicSizeError(DistributedLoweringError):
+    """Planning or a report needs a concrete value for a size symbol that was not given."""
+
+    def __init__(self, message: str, symbol: str = "", what: str = ""):
+        super().__init__(message)
+        self.symbol = symbol      # the first size symbol without a value
+        self.what = what          # what depends on it (a map, an array)

@@ -224,15 +224,18 @@ def layout(sdfg, array: str, *, nprocs: Optional[int] = None, **sizes) -> ArrayL
     the MPI world's size when MPI is running, else the schedule's); ``sizes``: the values of
     the size symbols (``N=4096``).
     """
+    from .deferred import planned
     from .plan import evaluate, solve_homes
     from .report import _values
     from .runtime import DistributedProgram, lowered_of
     if isinstance(sdfg, DistributedProgram):
         nprocs = nprocs or sdfg.comm.size
-        sdfg = sdfg.sdfg
+        # A program planned at its first call: the one for these sizes (collective when new).
+        sdfg = sdfg.program_for(**sizes).sdfg if hasattr(sdfg, "program_for") else sdfg.sdfg
+    values = _values(sdfg, sizes)
+    sdfg = planned(sdfg, values, "layout")      # planned at the first call: a copy planned for these sizes
     low = lowered_of(sdfg)
     P = nprocs or _default_nprocs(low)
-    values = _values(sdfg, sizes)
     home = low.boundary.get(array)
     if home is not None:
         spec = next(h for h in low.homes if h.name == home)

@@ -24,7 +24,7 @@ from dace.sdfg import SDFG
 
 from .costmodel import CostModel, get_model
 from .eingraph import EinGraph, Vertex, build_graph
-from .errors import DistributedLoweringError, ScheduleError
+from .errors import DistributedLoweringError, ScheduleError, SymbolicSizeError
 from .schedule import Schedule, as_schedule
 
 __all__ = ["viable", "auto_schedule", "schedule_cost", "explain", "search", "Plan", "sqrt_schedule",
@@ -358,6 +358,22 @@ def data_parallel_schedule(g: EinGraph, nprocs: int) -> Schedule:
 
 
 # -- public functions -----------------------------------------------------------------------------------
+def _graph(sdfg: SDFG, sizes: dict, call: str, deferrable: bool = False) -> EinGraph:
+    """``build_graph``; without the sizes it needs, a refusal that says how to plan (``call``: the
+    caller's call up to its keyword sizes, e.g. ``auto_schedule(sdfg, 4``)."""
+    try:
+        return build_graph(sdfg, **sizes)
+    except SymbolicSizeError as exc:
+        known = set(sizes) | set(sdfg.constants)
+        need = ", ".join(f"{s}=..." for s in sorted(str(x) for x in sdfg.free_symbols) if s not in known)
+        later = (" Or let the program plan itself: after lower(sdfg, 'auto', nprocs=P) without sizes, "
+                 "compile(sdfg) gives a program that plans, lowers and compiles at its first call, for the sizes "
+                 "of that call's arguments (once per set of sizes)") if deferrable else ""
+        raise SymbolicSizeError(
+            f"{call}) needs concrete sizes: {exc.what} depends on `{exc.symbol}`. Plan now by passing the sizes: "
+            f"{call}, {need or exc.symbol + '=...'}).{later}", exc.symbol, exc.what) from None
+
+
 def _splits_of(g: EinGraph, schedule) -> List[Tuple[int, ...]]:
     sched = as_schedule(schedule).as_dict()
     out = []
@@ -394,7 +410,7 @@ def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="bytes", searcher: str 
     """
     if nprocs < 1:
         raise ScheduleError(f"nprocs must be positive, got {nprocs}")
-    g = build_graph(sdfg, **sizes)
+    g = _graph(sdfg, sizes, f"auto_schedule(sdfg, {nprocs}", deferrable=True)
     model = get_model(cost_model, inputs=inputs, memory_limit=memory_limit)
     plan = search(g, nprocs, model, searcher, allow_fewer=allow_fewer)
     best = plan.schedule(g, sdfg.name)
@@ -436,7 +452,7 @@ def explain(sdfg: SDFG, schedule=None, *, nprocs: Optional[int] = None, cost_mod
             alternatives: int = 2, **sizes) -> str:
     """Per map: its grid, the predicted bytes it causes (its own and its incoming edges'), and the
     runner-up grids with what they would cost with everything else fixed."""
-    g = build_graph(sdfg, **sizes)
+    g = _graph(sdfg, sizes, "explain(sdfg" + (f", nprocs={nprocs}" if schedule is None and nprocs else ""))
     model = get_model(cost_model, inputs=inputs)
     if schedule is None:
         if nprocs is None:

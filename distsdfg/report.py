@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from dace.sdfg import SDFG
 
+from .deferred import planned
 from .plan import CommStep, comm_steps
 from .runtime import lowered_of, solve_plan
 
@@ -22,9 +23,12 @@ def _values(sdfg: SDFG, symbols) -> Dict[str, int]:
 
 
 def comm_report(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List[CommStep]:
-    """CommSteps of one run of ``sdfg`` for concrete sizes, on ``nprocs`` ranks (default: the schedule's)."""
-    low = lowered_of(sdfg)
+    """CommSteps of one run of ``sdfg`` for concrete sizes, on ``nprocs`` ranks (default: the schedule's).
+
+    A program planned at its first call (``lower(sdfg, "auto")`` without sizes) is planned for
+    the sizes given here."""
     values = _values(sdfg, symbols)
+    low = lowered_of(planned(sdfg, values, "comm_report"))
     P = nprocs or low.nprocs
     out: List[CommStep] = []
     for cs in solve_plan(low, values, P):
@@ -36,8 +40,8 @@ def comm_plans(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List["
     """The CommPlan of every kernel boundary where data moves from one distributed layout to
     another (grid-to-grid), in program order, for concrete sizes."""
     from .plan import ConcreteRedist
-    low = lowered_of(sdfg)
     values = _values(sdfg, symbols)
+    low = lowered_of(planned(sdfg, values, "comm_plans"))
     return [cs.plan for cs in solve_plan(low, values, nprocs or low.nprocs) if isinstance(cs, ConcreteRedist)]
 
 
@@ -61,8 +65,8 @@ def format_report(steps: List[CommStep]) -> str:
 
 def bytes_per_kernel(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> Dict[str, int]:
     """Bytes sent per kernel (label), the communication that kernel's inputs and outputs cause."""
-    low = lowered_of(sdfg)
     values = _values(sdfg, symbols)
+    low = lowered_of(planned(sdfg, values, "bytes_per_kernel"))
     out: Dict[str, int] = {k.label: 0 for k in low.kernels}
     for cs in solve_plan(low, values, nprocs or low.nprocs):
         out[cs.spec.kernel_label] = out.get(cs.spec.kernel_label, 0) + sum(

@@ -46,6 +46,8 @@ def lowered_of(sdfg: SDFG) -> Lowered:
     if low is None:
         raise DistributedLoweringError(f"SDFG `{sdfg.name}` has not been lowered; call distsdfg.lower(sdfg, schedule) "
                                        f"first")
+    if getattr(low, "deferred", False):     # distsdfg.deferred: planned at the first call
+        raise low.needs_sizes()
     return low
 
 
@@ -121,6 +123,9 @@ class DistributedProgram:
                 if name.startswith("__return"):
                     continue
                 return f"missing argument `{name}` of {self.lowered.original_name}"
+            if kwargs[name] is None and not isinstance(desc, dt.Scalar) and name not in self.lowered.boundary:
+                return (f"argument `{name}` is None on rank 0, which passes the arrays whole (root placement); "
+                        f"only the other ranks may pass None or leave arrays out")
         return None
 
     def _validate_arrays(self, arrays, values) -> Optional[str]:
@@ -260,9 +265,9 @@ class DistributedProgram:
             if msgs:
                 raise InputError(msgs[0])
         call = dict(kwargs)
-        for k in self.sdfg.symbols:
-            if k in values and k not in call:
-                call[k] = values[k]
+        call.update({k: values[k] for k in self.sdfg.symbols if k in values})    # rank 0's sizes
+        if rank != 0:       # arrays at rank 0 this rank left out: stand-ins (distsdfg.root_args)
+            self._root_args.fill(call, values)
         for kg in self.lowered.kernels:
             coords = (np.unravel_index(rank, kg.grid) if rank < int(np.prod(kg.grid)) else kg.grid)
             for s, c in zip(kg.rank_syms, coords):
@@ -277,9 +282,12 @@ class DistributedProgram:
                 out = self._compiled(**call)
         else:
             out = self._compiled(**call)
-        if isinstance(out, tuple):
-            return tuple(np.copy(o) if isinstance(o, np.ndarray) else o for o in out)
-        return np.copy(out) if isinstance(out, np.ndarray) else out
+        return self._root_args.results(out, rank)
+
+    @functools.cached_property
+    def _root_args(self):
+        from .root_args import RootArguments
+        return RootArguments(self.sdfg, self.lowered)
 
 
 def _log(msg: str, verbose: bool):

@@ -35,8 +35,7 @@ if __name__ == "__main__":
     if comm.rank == 0:
         print(format_report(distsdfg.comm_report(sdfg, nprocs=comm.size, **SIZES)))
     fn = distsdfg.compile(sdfg)
-    args = inputs if comm.rank == 0 else {k: np.zeros_like(v) for k, v in inputs.items()}
-    out = fn(**args, **SIZES)
+    out = fn(**inputs, **SIZES) if comm.rank == 0 else fn(**SIZES)     # the other ranks pass no data
     ok = True
     if comm.rank == 0:
         ref = (inputs["A"] @ inputs["B"]) + inputs["C"] @ (inputs["D"] @ inputs["E"])

@@ -34,6 +34,11 @@ def test_missing_argument(add_prog):
         add_prog(x=np.zeros((4, 8, 16)))
 
 
+def test_rank_0_passes_arrays_whole(add_prog):
+    with pytest.raises(InputError, match="`x` is None on rank 0"):
+        add_prog(x=None, y=np.zeros((8, 16)))
+
+
 def test_too_few_ranks_for_schedule():
     from distsdfg.testing.programs import get
     sdfg = get("add3d").sdfg()

@@ -25,7 +25,7 @@ from dace.sdfg import SDFG
 from . import dace_compat as dc
 from . import errors
 from .errors import CommunicatorSizeError, DistributedLoweringError, InputError, SymbolicSizeError
-from .runtime import DistributedProgram, compile_distributed, symbol_values
+from .runtime import DistributedProgram, compile_distributed, idle_bcast, symbol_values
 from .schedule import Schedule
 
 __all__ = ["Deferred", "DeferredProgram", "defer", "planned"]
@@ -168,7 +168,7 @@ class DeferredProgram(DistributedProgram):
                 error = ("DistributedLoweringError", f"planning `{self.lowered.original_name}` for {dict(key)} "
                                                      f"failed: {type(exc).__name__}: {exc}")
         # Every rank lowers with rank 0's schedule (the binary is built from rank 0's lowering).
-        schedule, error = self.comm.bcast((schedule, error), root=0)
+        schedule, error = idle_bcast(self.comm, (schedule, error))
         if error is not None:
             raise getattr(errors, error[0], DistributedLoweringError)(error[1])
         prog = self._by_schedule.get(schedule.to_json())

@@ -9,7 +9,7 @@ import sympy
 from dace import subsets, symbolic
 
 from . import dace_compat as dc
-from .errors import ScheduleError, UnsupportedProgramError
+from .errors import AccumulationError, ScheduleError, UnsupportedProgramError
 from .kernels import AnalysedMap, Kernel
 from .tiling import rank_symbol, tile_subset
 
@@ -128,6 +128,26 @@ def _exact(memlet: dace.Memlet, params: Sequence[str]) -> bool:
     return True
 
 
+def _check_unreduced_write(m: AnalysedMap, arr: str, w: dace.Memlet, grid: Sequence[int], read: bool):
+    """A plain write that a split parameter does not index is written by several ranks. That is
+    only correct when every rank provably writes the same values: the body does not use the
+    parameter and does not read the array. Anything else (an accumulation the rewrite to WCR did
+    not recognise) is refused instead of returning one rank's partial values."""
+    indexed = {str(s) for s in w.subset.free_symbols}
+    for p, g in zip(m.info.params, grid):
+        if g <= 1 or p in indexed:
+            continue
+        if not read and p not in m.body_symbols:
+            continue          # the same values on every rank, whichever rank's block is taken
+        ones = tuple(1 if q == p else h for q, h in zip(m.info.params, grid))
+        raise AccumulationError(
+            f"map `{m.info.key}` writes `{arr}[{w.subset}]`, which does not depend on its parameter `{p}`, and "
+            f"the schedule splits `{p}` {g} ways: each rank would hold its own partial `{arr}` and nothing "
+            f"combines them. Write the update as a reduction (`{arr}[...] = {arr}[...] + e`, `{arr}[...] += e`, "
+            f"`*`, `max({arr}[...], e)` or `min(...)`, outside any other statement that reads `{arr}`), or do not "
+            f"split `{p}` (grid {ones} for `{m.info.key}`)")
+
+
 def _resolve_grids(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]):
     """Driver grid, and for every map of the kernel its param -> driver-axis map (thesis 4.6)."""
     scheduled = [m for m in kernel.maps if m.info.key in schedule]
@@ -210,6 +230,7 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
                             if any(g > 1 and p not in used for p, g in zip(m.info.params, mgrid)):
                                 rec["split"] = True
                         else:
+                            _check_unreduced_write(m, arr, w, plan.map_grids[m.info.key], bool(acc.reads))
                             single = _as_box(dc.propagate([w], desc, m.info.params, clamped).subset)
                             if _exact(w, m.info.params) and _same_box(single, box):
                                 rec["plain_exact"].append(box)

@@ -10,7 +10,7 @@ import numpy as np
 
 from .programs import Program
 
-__all__ = ["ACCUMULATIONS", "acc_max"]
+__all__ = ["ACCUMULATIONS"]
 
 N, M, K, R = (dace.symbol(s) for s in ("N", "M", "K", "R"))
 
@@ -150,6 +150,82 @@ def _rings_ref(fn):
     return ref
 
 
+@dace.program
+def acc_all(X: dace.float64[N, M], Y: dace.float64[M, K], Zmax: dace.float64[N, K], Zmin: dace.float64[N, K],
+            Zsum: dace.float64[N, K], Zsub: dace.float64[N, K], Zprod: dace.float64[N, K], W: dace.float64[N, K]):
+    """Every form of the first shape in one program (one build per schedule); ``W`` does not
+    depend on ``j`` at all (the same values on every rank)."""
+    for i, j, k in dace.map[0:N, 0:M, 0:K]:
+        Zmax[i, k] = max(Zmax[i, k], abs(X[i, j] - Y[j, k]))
+    for i, j, k in dace.map[0:N, 0:M, 0:K]:
+        Zmin[i, k] = min(abs(X[i, j] - Y[j, k]), Zmin[i, k])
+    for i, j, k in dace.map[0:N, 0:M, 0:K]:
+        Zsum[i, k] = Zsum[i, k] + X[i, j] * Y[j, k]
+    for i, j, k in dace.map[0:N, 0:M, 0:K]:
+        Zsub[i, k] = Zsub[i, k] - X[i, j] * Y[j, k]
+    for i, j, k in dace.map[0:N, 0:M, 0:K]:
+        Zprod[i, k] = (1.0 + 0.1 * X[i, j] * Y[j, k]) * Zprod[i, k]
+    for i, j, k in dace.map[0:N, 0:M, 0:K]:
+        W[i, k] = 2.0 * X[i, 0] + Y[0, k]
+
+
+def _acc_all_inputs(r, n=6, m=10, k=5):
+    out = {"X": r.random((n, m)), "Y": r.random((m, k))}
+    out.update({z: r.random((n, k)) for z in ("Zmax", "Zmin", "Zsum", "Zsub", "Zprod", "W")})
+    return out
+
+
+def _acc_all_ref(X, Y, Zmax, Zmin, Zsum, Zsub, Zprod, W):
+    d = _dist(X, Y)
+    return {"Zmax": np.maximum(Zmax, d.max(axis=1)), "Zmin": np.minimum(Zmin, d.min(axis=1)), "Zsum": Zsum + X @ Y,
+            "Zsub": Zsub - X @ Y, "Zprod": Zprod * np.prod(1.0 + 0.1 * X[:, :, None] * Y[None, :, :], axis=1),
+            "W": 2.0 * X[:, :1] + Y[:1, :]}
+
+
+@dace.program
+def azint_all(data: dace.float64[N], radius: dace.float64[N], mean: dace.float64[R], hi: dace.float64[R],
+              lo: dace.float64[R], prod: dace.float64[R]):
+    """Every form of the second shape in one loop: ``+=``, ``x = x + e``, ``max``, ``min``, ``*``."""
+    rmax = np.max(radius)
+    for i in range(R):
+        r1 = rmax * i / R
+        r2 = rmax * (i + 1) / R
+        mask = (r1 <= radius) & (radius < r2)
+        tmp = 0.0
+        count = 0
+        for j in dace.map[0:N]:
+            if mask[j]:
+                tmp += data[j]
+                count = count + 1
+        mean[i] = tmp / count
+        top = -1.0e300
+        for j in dace.map[0:N]:
+            if r1 <= radius[j] and radius[j] < r2:
+                top = max(top, data[j])
+        hi[i] = top
+        low = 1.0e300
+        p = 1.0
+        for j in dace.map[0:N]:
+            if mask[j]:
+                low = min(data[j], low)
+                p = p * data[j]
+        lo[i] = low
+        prod[i] = p
+
+
+def _azint_all_inputs(r):
+    out = _rings(r)
+    out.update({k: np.zeros(4) for k in ("mean", "hi", "lo", "prod")})
+    del out["res"]
+    return out
+
+
+def _azint_all_ref(data, radius, mean, hi, lo, prod):
+    ms = _masks(radius, len(mean))
+    return {k: np.array([fn(data[m]) for m in ms])
+            for k, fn in (("mean", np.mean), ("hi", np.max), ("lo", np.min), ("prod", np.prod))}
+
+
 ACCUMULATIONS = {p.name: p for p in [
     Program("acc_max", acc_max, _xyz, lambda X, Y, Z: {"Z": np.maximum(Z, _dist(X, Y).max(axis=1))}, outputs=("Z",)),
     Program("acc_min", acc_min, _xyz, lambda X, Y, Z: {"Z": np.minimum(Z, _dist(X, Y).min(axis=1))}, outputs=("Z",)),
@@ -164,4 +240,6 @@ ACCUMULATIONS = {p.name: p for p in [
     Program("azint_max", azint_max, _rings, _rings_ref(np.max), outputs=("res",)),
     Program("azint_min", azint_min, _rings, _rings_ref(np.min), outputs=("res",)),
     Program("azint_prod", azint_prod, _rings, _rings_ref(np.prod), outputs=("res",)),
+    Program("acc_all", acc_all, _acc_all_inputs, _acc_all_ref, outputs=("Zmax", "Zmin", "Zsum", "Zsub", "Zprod", "W")),
+    Program("azint_all", azint_all, _azint_all_inputs, _azint_all_ref, outputs=("mean", "hi", "lo", "prod")),
 ]}

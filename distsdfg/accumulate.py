@@ -19,7 +19,8 @@ What it recognises, per written array of a top-level map:
   memlet or such a tasklet reading the same element from an access node of the array, all
   with one operator, and nothing else reads the array.
 
-Anything else is left as it is; ``constraints.kernel_constraints`` then refuses a plain write
+Only writes that some map parameter does not index are rewritten (elsewhere each iteration
+owns its element). Anything else is left as it is; ``constraints.kernel_constraints`` then refuses a plain write
 that a split parameter does not index unless every rank provably writes the same values.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import ast
 from typing import List, Optional, Tuple
 
-from dace import dtypes, nodes, properties
+from dace import Memlet, dtypes, nodes, properties
 from dace.sdfg import SDFG, SDFGState
 from dace.transformation import pass_pipeline as ppl
 
@@ -115,11 +116,21 @@ def _producer(state: SDFGState, edge) -> Optional[nodes.Tasklet]:
     return n if isinstance(n, nodes.Tasklet) else None
 
 
+def _remove_read(state: SDFGState, edge):
+    """Remove the memlet path that ends in ``edge``; an outer access node that other writers
+    fill keeps ordering the scope after them (an empty edge)."""
+    head = state.memlet_path(edge)[0]
+    src, dst = head.src, head.dst
+    state.remove_memlet_path(edge)
+    if src is not dst and src in state.nodes() and dst in state.nodes() and state.in_degree(src) > 0:
+        state.add_nedge(src, dst, Memlet())
+
+
 def _convert(state: SDFGState, t: nodes.Tasklet, read, code: str):
     """Make ``t`` compute only the contribution: drop the accumulator's read edge and connector."""
     conn = read.dst_conn
     t.code = properties.CodeBlock(code)
-    state.remove_memlet_path(read)
+    _remove_read(state, read)
     if conn in t.in_connectors:
         t.remove_in_connector(conn)
 
@@ -239,7 +250,7 @@ def _nested(state: SDFGState, ns: nodes.NestedSDFG, write) -> bool:
                         w.data.wcr = WCR_LAMBDA[op]
     for e in outer_in:
         c = e.dst_conn
-        state.remove_memlet_path(e)
+        _remove_read(state, e)
         if c in ns.in_connectors:
             ns.remove_in_connector(c)
         if c != conn and c in inner.arrays:
@@ -258,9 +269,12 @@ def accumulations_to_wcr(sdfg: SDFG) -> int:
     for state in dc.all_states(sdfg):
         for entry in [n for n in dc.top_level_nodes(state) if isinstance(n, nodes.MapEntry)]:
             exit_ = state.exit_node(entry)
+            params = set(entry.map.params)
             for w in list(state.in_edges(exit_)):
                 if w.data.is_empty() or w.data.wcr is not None or w.data.data is None:
                     continue
+                if params <= {str(x) for x in w.data.subset.free_symbols}:
+                    continue          # every iteration writes its own element: nothing to combine
                 if isinstance(w.src, nodes.NestedSDFG) and state.entry_node(w.src) is entry:
                     changed += _nested(state, w.src, w)
                 else:

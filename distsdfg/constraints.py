@@ -128,17 +128,32 @@ def _exact(memlet: dace.Memlet, params: Sequence[str]) -> bool:
     return True
 
 
-def _check_unreduced_write(m: AnalysedMap, arr: str, w: dace.Memlet, grid: Sequence[int], read: bool):
+def unreduced_params(m: AnalysedMap) -> Dict[str, Tuple[str, dace.Memlet]]:
+    """Parameters of ``m`` that must not be split: a plain write (no WCR) does not index them,
+    and the ranks would not provably write the same values there (the body uses the parameter
+    or reads the array). Per parameter, the array and memlet that forbid it."""
+    out: Dict[str, Tuple[str, dace.Memlet]] = {}
+    for arr, acc in m.accesses.items():
+        for w in acc.writes:
+            if w.wcr is not None:
+                continue
+            indexed = {str(s) for s in w.subset.free_symbols}
+            for p in m.info.params:
+                if p not in indexed and (acc.reads or p in m.body_symbols):
+                    out.setdefault(p, (arr, w))
+    return out
+
+
+def _check_unreduced_writes(m: AnalysedMap, grid: Sequence[int]):
     """A plain write that a split parameter does not index is written by several ranks. That is
     only correct when every rank provably writes the same values: the body does not use the
     parameter and does not read the array. Anything else (an accumulation the rewrite to WCR did
     not recognise) is refused instead of returning one rank's partial values."""
-    indexed = {str(s) for s in w.subset.free_symbols}
+    bad = unreduced_params(m)
     for p, g in zip(m.info.params, grid):
-        if g <= 1 or p in indexed:
+        if g <= 1 or p not in bad:
             continue
-        if not read and p not in m.body_symbols:
-            continue          # the same values on every rank, whichever rank's block is taken
+        arr, w = bad[p]
         ones = tuple(1 if q == p else h for q, h in zip(m.info.params, grid))
         raise AccumulationError(
             f"map `{m.info.key}` writes `{arr}[{w.subset}]`, which does not depend on its parameter `{p}`, and "
@@ -196,6 +211,7 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
 
     per_array: Dict[str, dict] = {}
     for m in kernel.maps:
+        _check_unreduced_writes(m, plan.map_grids[m.info.key])
         clamped = plan.tiled_range(m, clamp=True)
         unclamped = plan.tiled_range(m, clamp=False)
         for arr, acc in m.accesses.items():
@@ -230,7 +246,6 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
                             if any(g > 1 and p not in used for p, g in zip(m.info.params, mgrid)):
                                 rec["split"] = True
                         else:
-                            _check_unreduced_write(m, arr, w, plan.map_grids[m.info.key], bool(acc.reads))
                             single = _as_box(dc.propagate([w], desc, m.info.params, clamped).subset)
                             if _exact(w, m.info.params) and _same_box(single, box):
                                 rec["plain_exact"].append(box)

@@ -184,7 +184,7 @@ def _nested(state: SDFGState, ns: nodes.NestedSDFG, write) -> bool:
     if any(e.data.subset != write.data.subset for e in outer_in):
         return False
     aliases = {conn} | {e.dst_conn for e in outer_in}
-    ops, tasklets, symbols, reads_used = set(), [], [], []
+    ops, tasklets, symbols = set(), [], []
     for st in inner.all_states():
         for n in st.nodes():
             if isinstance(n, (nodes.NestedSDFG, nodes.EntryNode)) and aliases & _data_in(st, n):
@@ -212,7 +212,6 @@ def _nested(state: SDFGState, ns: nodes.NestedSDFG, write) -> bool:
                         return False
                     ops.add(su[0])
                     symbols.append(su[1:])
-                    reads_used.append(su[2])
                 elif len(rd) == 1 and rd[0].data.subset == w.data.subset and st.out_degree(rd[0].src) == 1:
                     m = match_update(t, rd[0].dst_conn)
                     if m is None:
@@ -227,11 +226,20 @@ def _nested(state: SDFGState, ns: nodes.NestedSDFG, write) -> bool:
         for n in st.data_nodes():
             if n.data in aliases and any(not r.data.is_empty() and id(r) not in used for r in st.out_edges(n)):
                 return False
+    # Interstate edges may read the element only in the recognised ``s = op(acc, e)``, and the
+    # symbol ``s`` may be used by nothing but its update tasklet.
     sym_edges = {(id(e), s) for e, s, _ in symbols}
     for e in inner.all_interstate_edges():
-        refs = set(map(str, e.data.free_symbols)) & aliases
-        if refs and not all((id(e), s) in sym_edges for s in e.data.assignments):
+        if {str(x) for x in e.data.condition.get_free_symbols()} & (aliases | {s for _, s, _ in symbols}):
             return False
+        for s, v in e.data.assignments.items():
+            names = _names(ast.parse(str(v), mode="eval"))
+            if (names & aliases and (id(e), s) not in sym_edges) or names & {y for _, y, _ in symbols}:
+                return False
+    users = [t for st in inner.all_states() for t in st.nodes() if isinstance(t, nodes.Tasklet)
+             and {str(x) for x in t.free_symbols} & {y for _, y, _ in symbols}]
+    if len(users) != len(symbols):
+        return False
     if len(ops) != 1:
         return False
     op = ops.pop()

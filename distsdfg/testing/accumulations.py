@@ -3,7 +3,8 @@
 Two shapes, each with a sum, product, max and min form: a map ``i, j, k`` that accumulates
 ``Z[i, k]`` over ``j`` (split ``j`` and every rank holds a partial result), and an
 azimuthal-integration loop whose map sums a conditional selection into scalars. Inputs keep
-every bin non-empty and products near one.
+every bin non-empty and products near one; 48 points, so that ``np.max`` (a Reduce library
+node, which needs even blocks) splits evenly on 2, 3 and 4 ranks.
 """
 import dace
 import numpy as np
@@ -131,7 +132,7 @@ def azint_prod(data: dace.float64[N], radius: dace.float64[N], res: dace.float64
         res[i] = tmp
 
 
-def _rings(r, n=40, bins=4):
+def _rings(r, n=48, bins=4):
     radius = (r.permutation(n) + 0.5) / n + 0.01 * r.random(n)     # every bin holds about n / bins points
     data = 0.5 + r.random(n)
     out = {"data": data, "radius": radius, "res": np.zeros(bins)}

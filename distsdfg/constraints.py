@@ -9,7 +9,7 @@ import sympy
 from dace import subsets, symbolic
 
 from . import dace_compat as dc
-from .errors import ScheduleError, UnsupportedProgramError
+from .errors import AccumulationError, ScheduleError, UnsupportedProgramError
 from .kernels import AnalysedMap, Kernel
 from .tiling import rank_symbol, tile_subset
 
@@ -128,6 +128,41 @@ def _exact(memlet: dace.Memlet, params: Sequence[str]) -> bool:
     return True
 
 
+def unreduced_params(m: AnalysedMap) -> Dict[str, Tuple[str, dace.Memlet]]:
+    """Parameters of ``m`` that must not be split: a plain write (no WCR) does not index them,
+    and the ranks would not provably write the same values there (the body uses the parameter
+    or reads the array). Per parameter, the array and memlet that forbid it."""
+    out: Dict[str, Tuple[str, dace.Memlet]] = {}
+    for arr, acc in m.accesses.items():
+        for w in acc.writes:
+            if w.wcr is not None:
+                continue
+            indexed = {str(s) for s in w.subset.free_symbols}
+            for p in m.info.params:
+                if p not in indexed and (acc.reads or p in m.body_symbols):
+                    out.setdefault(p, (arr, w))
+    return out
+
+
+def _check_unreduced_writes(m: AnalysedMap, grid: Sequence[int]):
+    """A plain write that a split parameter does not index is written by several ranks. That is
+    only correct when every rank provably writes the same values: the body does not use the
+    parameter and does not read the array. Anything else (an accumulation the rewrite to WCR did
+    not recognise) is refused instead of returning one rank's partial values."""
+    bad = unreduced_params(m)
+    for p, g in zip(m.info.params, grid):
+        if g <= 1 or p not in bad:
+            continue
+        arr, w = bad[p]
+        ones = tuple(1 if q == p else h for q, h in zip(m.info.params, grid))
+        raise AccumulationError(
+            f"map `{m.info.key}` writes `{arr}[{w.subset}]`, which does not depend on its parameter `{p}`, and "
+            f"the schedule splits `{p}` {g} ways: each rank would hold its own partial `{arr}` and nothing "
+            f"combines them. Write the update as a reduction (`{arr}[...] = {arr}[...] + e`, `{arr}[...] += e`, "
+            f"`*`, `max({arr}[...], e)` or `min(...)`, outside any other statement that reads `{arr}`), or do not "
+            f"split `{p}` (grid {ones} for `{m.info.key}`)")
+
+
 def _resolve_grids(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]):
     """Driver grid, and for every map of the kernel its param -> driver-axis map (thesis 4.6)."""
     scheduled = [m for m in kernel.maps if m.info.key in schedule]
@@ -176,6 +211,7 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
 
     per_array: Dict[str, dict] = {}
     for m in kernel.maps:
+        _check_unreduced_writes(m, plan.map_grids[m.info.key])
         clamped = plan.tiled_range(m, clamp=True)
         unclamped = plan.tiled_range(m, clamp=False)
         for arr, acc in m.accesses.items():

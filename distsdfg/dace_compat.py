@@ -175,6 +175,25 @@ def scope_edges(state: SDFGState, entry: nodes.MapEntry):
     return list(sub.edges())
 
 
+def scope_symbols(state: SDFGState, entry: nodes.EntryNode) -> set:
+    """Names of the symbols the body of ``entry``'s scope uses (memlets, tasklet code, inner map
+    ranges, nested SDFG symbol mappings), the map's own parameters included."""
+    inner = state.scope_subgraph(entry, include_entry=False, include_exit=False)
+    out = set()
+    for n in inner.nodes():
+        if isinstance(n, nodes.Tasklet):
+            out |= {str(s) for s in n.free_symbols}
+        elif isinstance(n, nodes.NestedSDFG):
+            for v in n.symbol_mapping.values():
+                out |= {str(s) for s in symbolic.pystr_to_symbolic(str(v)).free_symbols}
+        elif isinstance(n, nodes.EntryNode):
+            out |= {str(s) for s in n.free_symbols}
+    edges = list(inner.edges()) + state.out_edges(entry) + state.in_edges(state.exit_node(entry))
+    for e in edges:
+        out |= {str(s) for s in e.data.free_symbols}
+    return out
+
+
 def evaluate(expr, values: Dict[str, int]) -> int:
     """Evaluate an integer expression with concrete symbol values."""
     e = symbolic.pystr_to_symbolic(expr) if isinstance(expr, str) else sympy.sympify(expr)

@@ -15,8 +15,8 @@ import numpy as np
 from dace.sdfg import SDFG
 
 from . import dace_compat as dc
-from .constraints import _dim_params
-from .errors import SymbolicSizeError
+from .constraints import _dim_params, unreduced_params
+from .errors import DistributedLoweringError, SymbolicSizeError
 from .kernels import find_kernels
 from .plan import evaluate
 from .tiling import iterations, rough_work
@@ -52,6 +52,7 @@ class Vertex:
     even: Tuple[str, ...] = ()            # labels a library node needs split evenly
     constant: bool = False                # writes one number everywhere (a reset map)
     repeats: int = 1                      # runs per program call (inside a loop: its trip count)
+    unsplit: Tuple[str, ...] = ()         # labels a plain write does not index (splitting them is refused)
 
     @property
     def agg(self) -> Tuple[str, ...]:
@@ -192,8 +193,9 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
             used = {l for o in outs for l in o.labels if l is not None}
             even = tuple(p for p in params if p not in used)
         constant = k.kind == "map" and not ins and dc.constant_map_value(k.state, k.node) is not None
+        unsplit = tuple(p for p in params if p in unreduced_params(driver))
         vertices.append(Vertex(len(vertices), driver.info.key, k.label, k.kind, params, bounds, ins, outs, partial,
-                               acc, even, constant, trips.get(k.state, 1)))
+                               acc, even, constant, trips.get(k.state, 1), unsplit))
 
     edges: List[Edge] = []
     holder: Dict[str, Tuple[int, str, bool]] = {}    # root array -> (vertex, its name there, via input)

@@ -6,6 +6,7 @@ __all__ = [
     "UnknownMapError",
     "GridShapeError",
     "UnsupportedProgramError",
+    "AccumulationError",
     "CommunicatorSizeError",
     "InputError",
     "PlacementError",
@@ -31,6 +32,10 @@ class GridShapeError(ScheduleError):
 
 class UnsupportedProgramError(DistributedLoweringError):
     """The program contains something no solver can lower correctly."""
+
+
+class AccumulationError(UnsupportedProgramError):
+    """A map writes an element from iterations on several ranks without a reduction that combines them."""
 
 
 class CommunicatorSizeError(DistributedLoweringError):

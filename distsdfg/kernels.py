@@ -42,6 +42,7 @@ class AnalysedMap:
     info: MapInfo
     accesses: Dict[str, Access]
     arrays: Dict[str, dace.data.Data]
+    body_symbols: frozenset = frozenset()   # symbols the map's body uses (its parameters included)
 
 
 @dataclasses.dataclass
@@ -72,7 +73,7 @@ def _analyse_map(state: SDFGState, entry: nodes.MapEntry, key: str, arrays) -> A
         acc.setdefault(e.data.data, Access()).writes.append(e.data)
     info = MapInfo(key, entry.map.label, tuple(entry.map.params), subsets.Range(list(entry.map.range.ranges)),
                    state.label)
-    return AnalysedMap(info, acc, arrays)
+    return AnalysedMap(info, acc, arrays, frozenset(dc.scope_symbols(state, entry)))
 
 
 def _maps_of_expansion(sub: SDFG) -> Tuple[List[Tuple[SDFGState, nodes.MapEntry]], str]:
@@ -102,7 +103,12 @@ class _Keys:
 
 
 def find_kernels(sdfg: SDFG) -> List[Kernel]:
-    """All kernels of ``sdfg`` in a stable order (states in order, nodes topologically)."""
+    """All kernels of ``sdfg`` in a stable order (states in order, nodes topologically).
+
+    Read-modify-write accumulations in maps become write-conflict resolution first
+    (``accumulate.AccumulationToWCR``: the same program, with writes the lowering can reduce)."""
+    from .accumulate import accumulations_to_wcr
+    accumulations_to_wcr(sdfg)
     kernels: List[Kernel] = []
     keys = _Keys()
     for state in dc.all_states(sdfg):

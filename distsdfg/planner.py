@@ -49,6 +49,8 @@ def viable(v: Vertex, nprocs: int, *, allow_fewer: bool = False) -> List[Tuple[i
             cand = [k for k in _factors(total) if (not pow2 or k & (k - 1) == 0) and k <= bound]
             if label in v.even:
                 cand = [k for k in cand if bound % k == 0]
+            if label in v.unsplit:      # the lowering would refuse it (an unreduced write)
+                cand = [1]
             opts.append(cand)
         out = []
         for combo in itertools.product(*opts):
@@ -320,7 +322,8 @@ def _spread(v: Vertex, nprocs: int, labels: Sequence[str]) -> Tuple[int, ...]:
     order = [l for l in labels if l in d]
     while rest > 1 and order:
         p = min(k for k in _factors(rest) if k > 1)
-        fits = [l for l in order if d[l] * p <= v.bound(l) and (l not in v.even or v.bound(l) % (d[l] * p) == 0)]
+        fits = [l for l in order if d[l] * p <= v.bound(l) and (l not in v.even or v.bound(l) % (d[l] * p) == 0)
+                and l not in v.unsplit]
         if not fits:
             break
         l = min(fits, key=lambda x: (d[x], -v.bound(x)))
@@ -348,7 +351,8 @@ def data_parallel_schedule(g: EinGraph, nprocs: int) -> Schedule:
         d = {l: 1 for l in v.labels}
         rest = nprocs
         for l in outl:
-            take = max(k for k in _factors(rest) if k <= v.bound(l) and (l not in v.even or v.bound(l) % k == 0))
+            take = max(k for k in _factors(rest) if k <= v.bound(l) and (l not in v.even or v.bound(l) % k == 0)
+                       and (k == 1 or l not in v.unsplit))
             d[l] = take
             rest //= take
             if rest == 1:

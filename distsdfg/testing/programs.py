@@ -486,5 +486,8 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
 
 
 def get(name: str) -> Program:
+    if name not in PROGRAMS:
+        from .accumulations import ACCUMULATIONS       # accumulations in maps (issue 21)
+        return ACCUMULATIONS[name]
     return PROGRAMS[name]
 

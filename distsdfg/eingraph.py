@@ -16,7 +16,7 @@ from dace.sdfg import SDFG
 
 from . import dace_compat as dc
 from .constraints import _dim_params, unreduced_params
-from .errors import DistributedLoweringError, SymbolicSizeError
+from .errors import SymbolicSizeError
 from .kernels import find_kernels
 from .plan import evaluate
 from .tiling import iterations, rough_work

@@ -26,7 +26,7 @@ that a split parameter does not index unless every rank provably writes the same
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 from dace import Memlet, dtypes, nodes, properties
 from dace.sdfg import SDFG, SDFGState

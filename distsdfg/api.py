@@ -57,7 +57,7 @@ def main_maps(sdfg: SDFG):
 
 def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[int] = None,
           target: str = "cpu", plan_options: Optional[dict] = None, placement=None,
-          cuda_aware_mpi: bool = False) -> SDFG:
+          cuda_aware_mpi: bool = False, optimize: Optional[bool] = None) -> SDFG:
     """Lower ``sdfg`` in place to an SPMD program that follows ``schedule``; returns ``sdfg``.
 
     ``schedule="auto"`` plans one with ``auto_schedule(sdfg, nprocs, **plan_options)`` (with
@@ -68,6 +68,9 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
     ``target="gpu"`` runs the ranks' kernels on their GPUs; communication is staged through
     pinned host buffers, or, with ``cuda_aware_mpi=True``, MPI gets the device buffers directly
     (needs an MPI built with CUDA support; checked before every call).
+
+    ``optimize=False`` (or ``DISTSDFG_OPTIMIZE=0``) leaves each rank's kernels as the program
+    wrote them, one map per operation (``distsdfg.optimize``; for debugging).
     """
     if isinstance(schedule, str):
         from .placement import boundary_pricing
@@ -83,7 +86,7 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
     if cuda_aware_mpi and target != "gpu":
         raise DistributedLoweringError("cuda_aware_mpi=True hands GPU buffers to MPI: it needs target='gpu'")
     return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement,
-                      comm="device" if cuda_aware_mpi else "host")
+                      comm="device" if cuda_aware_mpi else "host", optimize=optimize)
 
 
 def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=None) -> DistributedProgram:  # noqa: A001

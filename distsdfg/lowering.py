@@ -513,10 +513,12 @@ def _schedule_hash(sdfg_name: str, schedule: Schedule, target: str, placed=()) -
     return h[:10]
 
 
-def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host") -> SDFG:
+def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host",
+               optimize: Optional[bool] = None) -> SDFG:
     """``comm``: where communication steps find their local buffers (``Lowered.comm``): "host",
     "device" (target gpu: GPU buffers to a CUDA-aware MPI) or "emulated" (target cpu: the device
-    code path over host memory, for tests)."""
+    code path over host memory, for tests). ``optimize``: optimise the ranks' kernels after
+    tiling (``distsdfg.optimize``; None: on unless ``DISTSDFG_OPTIMIZE=0``)."""
     from .placement import placed_arrays
     if (comm, target) not in (("host", "cpu"), ("host", "gpu"), ("device", "gpu"), ("emulated", "cpu")):
         raise DistributedLoweringError(f"comm={comm!r} does not go with target={target!r}: device buffers need "
@@ -574,6 +576,10 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     sdfg._distsdfg = Lowered(schedule.with_sdfg(original) if schedule.sdfg is None else schedule, original,
                              rw.steps, kgrids, even_checks, target, getattr(rw, "home_specs", list)(),
                              dict(getattr(rw, "boundary", {})), source, comm=comm)
+    if target == "cpu":
+        from .optimize import enabled, optimize_lowered
+        if enabled(optimize):
+            optimize_lowered(sdfg, sdfg._distsdfg)
     if target == "gpu":
         from .gpu import OffloadKernels
         if sdfg._distsdfg.homes:

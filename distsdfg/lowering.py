@@ -249,8 +249,14 @@ class _Rewriter:
 
     def can_alias(self, h: Holding, kp: KernelPlan, c: ArrayConstraint, arr_is_view: bool = False) -> bool:
         """The consumer can read the holder's buffer as is: same grid, same block, same indexing."""
-        if h.partial or c.write is not None or h.kind != kp.kernel.kind or arr_is_view:
+        if h.partial or c.write is not None or arr_is_view:
             return False
+        if h.kind != kp.kernel.kind:
+            # Map buffers are indexed from their block's origin, library buffers from zero: the
+            # same buffer serves both only where every origin is zero (e.g. a grid of one rank).
+            zero = all(sympy.sympify(o) == 0 for o in tuple(c.alloc_start) + tuple(h.alloc_start))
+            if {h.kind, kp.kernel.kind} != {"map", "library"} or not zero:
+                return False
         if len(c.reads) != 1 or len(h.boxes) != 1:
             return False
         # Grids equal up to axes of size one number ranks alike: match their split axes in order.

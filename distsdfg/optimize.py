@@ -17,6 +17,7 @@ another state uses is never removed. What changes:
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Dict, List
 
 from dace.sdfg import SDFG, nodes
@@ -45,7 +46,9 @@ def share_rank_symbols(sdfg: SDFG, kernels: List) -> Dict[str, str]:
                 mapping[mine] = theirs
         kg.rank_syms = tuple(mapping.get(s, s) for s in kg.rank_syms)
     if mapping:
-        sdfg.replace_dict(mapping)
+        with warnings.catch_warnings():     # the shared symbol exists already: that is the point
+            warnings.simplefilter("ignore", UserWarning)
+            sdfg.replace_dict(mapping)
         for old in mapping:
             if old in sdfg.symbols:
                 sdfg.remove_symbol(old)
@@ -55,7 +58,7 @@ def share_rank_symbols(sdfg: SDFG, kernels: List) -> Dict[str, str]:
 def fuse_maps(sdfg: SDFG) -> int:
     """Fuse producer-consumer chains of maps with equal ranges (DaCe's MapFusion); returns how many."""
     from dace.transformation.dataflow import MapFusion
-    return sdfg.apply_transformations_repeated(MapFusion, validate=False)
+    return sdfg.apply_transformations_repeated(MapFusion, validate=False, print_report=False)
 
 
 def fast_reductions(sdfg: SDFG) -> int:

@@ -585,7 +585,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     if target == "cpu":
         from .optimize import enabled, optimize_lowered
         if enabled(optimize):
-            optimize_lowered(sdfg, sdfg._distsdfg)
+            optimize_lowered(sdfg, sdfg._distsdfg, straight=linear and not placed)
     if target == "gpu":
         from .gpu import OffloadKernels
         if sdfg._distsdfg.homes:

@@ -5,6 +5,8 @@
 ``DistributedMemlet`` keeps the buffers it reads and writes, and a buffer some step or
 another state uses is never removed. What changes:
 
+Steps 1 and 2 apply to straight-line programs with root placement (see ``optimize_lowered``).
+
 1. Kernels on the same process grid share their rank-coordinate symbols (a rank has the same
    coordinates in equal grids), so their tiled map ranges become equal expressions.
 2. DaCe's ``MapFusion`` merges chains of element-wise maps with equal ranges; a local buffer
@@ -78,11 +80,31 @@ def fast_reductions(sdfg: SDFG) -> int:
     return n
 
 
-def optimize_lowered(sdfg: SDFG, low) -> Dict[str, int]:
-    """Optimise the ranks' kernels of a lowered CPU program in place; returns what was done."""
+def optimize_lowered(sdfg: SDFG, low, *, straight: bool) -> Dict[str, int]:
+    """Optimise the ranks' kernels of a lowered CPU program in place; returns what was done.
+
+    ``straight``: a program without loops, branches or distributed placement. Only those are
+    fused: DaCe 1.0.2's MapFusion leaves invalid SDFGs behind on stencils in loops (home
+    buffers), so programs with home buffers keep their maps (reductions are still expanded
+    faster). Fusion is tried on a copy first and skipped if the copy does not validate."""
     from . import dace_compat as dc
-    before = set(sdfg.arrays)
-    renamed = share_rank_symbols(sdfg, low.kernels)
-    fused = fuse_maps(sdfg)
-    dc.remove_unused_transients(sdfg, before)
-    return {"shared_symbols": len(renamed), "fused": fused, "reductions": fast_reductions(sdfg)}
+    done = {"shared_symbols": 0, "fused": 0}
+    if straight and not low.homes and not low.boundary:
+        import copy
+
+        from dace.sdfg.validation import InvalidSDFGError
+        trial = copy.deepcopy(sdfg)
+        trial_kernels = copy.deepcopy(low.kernels)
+        share_rank_symbols(trial, trial_kernels)
+        try:
+            ok = fuse_maps(trial) > 0
+            trial.validate()
+        except (InvalidSDFGError, ValueError, KeyError):
+            ok = False
+        if ok:
+            before = set(sdfg.arrays)
+            done["shared_symbols"] = len(share_rank_symbols(sdfg, low.kernels))
+            done["fused"] = fuse_maps(sdfg)
+            dc.remove_unused_transients(sdfg, before)
+    done["reductions"] = fast_reductions(sdfg)
+    return done

@@ -59,7 +59,7 @@ def main_maps(sdfg: SDFG):
 
 def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[int] = None,
           target: str = "cpu", plan_options: Optional[dict] = None, placement=None,
-          cuda_aware_mpi: bool = False) -> SDFG:
+          cuda_aware_mpi: bool = False, optimize: Optional[bool] = None) -> SDFG:
     """Lower ``sdfg`` in place to an SPMD program that follows ``schedule``; returns ``sdfg``.
 
     ``schedule="auto"`` plans one with ``auto_schedule(sdfg, nprocs, **plan_options)`` (with
@@ -75,6 +75,9 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
     ``target="gpu"`` runs the ranks' kernels on their GPUs; communication is staged through
     pinned host buffers, or, with ``cuda_aware_mpi=True``, MPI gets the device buffers directly
     (needs an MPI built with CUDA support; checked before every call).
+
+    ``optimize=False`` (or ``DISTSDFG_OPTIMIZE=0``) leaves each rank's kernels as the program
+    wrote them, one map per operation (``distsdfg.optimize``; for debugging).
     """
     if target not in ("cpu", "gpu"):
         raise DistributedLoweringError(f"target {target!r} is not supported; use 'cpu' or 'gpu'")
@@ -91,8 +94,9 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
             schedule = auto_schedule(sdfg, nprocs, **{"inputs": boundary_pricing(placement), **(plan_options or {})})
         except SymbolicSizeError as exc:     # plan at the first call, when the sizes are known
             return defer(sdfg, nprocs, exc.symbol, target=target, comm=comm, placement=placement,
-                         plan_options=plan_options)
-    return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement, comm=comm)
+                         plan_options=plan_options, optimize=optimize)
+    return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement, comm=comm,
+                      optimize=optimize)
 
 
 def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=None) -> DistributedProgram:  # noqa: A001

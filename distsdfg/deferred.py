@@ -47,6 +47,7 @@ class Deferred:
     placement: object = None
     plan_options: Dict = dataclasses.field(default_factory=dict)   # as given to lower (no sizes needed)
     boundary: Dict[str, str] = dataclasses.field(default_factory=dict)   # placed arguments (blocks)
+    optimize: Optional[bool] = None     # as given to lower (None: the default, see distsdfg.optimize)
     _copies: Dict[SizeKey, SDFG] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     deferred = True     # told apart from a Lowered without importing this module
@@ -79,7 +80,7 @@ class Deferred:
         """A fresh copy of the original SDFG lowered with ``schedule``."""
         from .lowering import lower_sdfg
         return lower_sdfg(dc.from_json(self.source), schedule, target=self.target, placement=self.placement,
-                          comm=self.comm)
+                          comm=self.comm, optimize=self.optimize)
 
     def copy_for(self, values: Dict[str, int], what: str) -> SDFG:
         """A lowered copy planned for ``values`` (cached), for reports; refuses missing sizes."""
@@ -94,7 +95,7 @@ class Deferred:
 
 
 def defer(sdfg: SDFG, nprocs: int, missing: str, *, target: str = "cpu", comm: str = "host", placement=None,
-          plan_options: Optional[dict] = None) -> SDFG:
+          plan_options: Optional[dict] = None, optimize: Optional[bool] = None) -> SDFG:
     """Mark ``sdfg`` to be planned at its first call (``lower`` does this when sizes are missing)."""
     from .placement import placed_arrays
     if getattr(sdfg, "_distsdfg", None) is not None:
@@ -103,7 +104,7 @@ def defer(sdfg: SDFG, nprocs: int, missing: str, *, target: str = "cpu", comm: s
     placed = placed_arrays(sdfg, placement)         # refuses bad placements now, not at the first call
     sizes = tuple(sorted(str(s) for s in sdfg.free_symbols if str(s) not in sdfg.constants))
     sdfg._distsdfg = Deferred(nprocs, sdfg.name, dc.to_json(sdfg), sizes, missing, target, comm, placement,
-                              dict(plan_options or {}), {a: "" for a in sorted(placed)})
+                              dict(plan_options or {}), {a: "" for a in sorted(placed)}, optimize)
     return sdfg
 
 

@@ -249,8 +249,14 @@ class _Rewriter:
 
     def can_alias(self, h: Holding, kp: KernelPlan, c: ArrayConstraint, arr_is_view: bool = False) -> bool:
         """The consumer can read the holder's buffer as is: same grid, same block, same indexing."""
-        if h.partial or c.write is not None or h.kind != kp.kernel.kind or arr_is_view:
+        if h.partial or c.write is not None or arr_is_view:
             return False
+        if h.kind != kp.kernel.kind:
+            # Map buffers are indexed from their block's origin, library buffers from zero: the
+            # same buffer serves both only where every origin is zero (e.g. a grid of one rank).
+            zero = all(sympy.sympify(o) == 0 for o in tuple(c.alloc_start) + tuple(h.alloc_start))
+            if {h.kind, kp.kernel.kind} != {"map", "library"} or not zero:
+                return False
         if len(c.reads) != 1 or len(h.boxes) != 1:
             return False
         # Grids equal up to axes of size one number ranks alike: match their split axes in order.
@@ -513,10 +519,12 @@ def _schedule_hash(sdfg_name: str, schedule: Schedule, target: str, placed=()) -
     return h[:10]
 
 
-def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host") -> SDFG:
+def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host",
+               optimize: Optional[bool] = None) -> SDFG:
     """``comm``: where communication steps find their local buffers (``Lowered.comm``): "host",
     "device" (target gpu: GPU buffers to a CUDA-aware MPI) or "emulated" (target cpu: the device
-    code path over host memory, for tests)."""
+    code path over host memory, for tests). ``optimize``: optimise the ranks' kernels after
+    tiling (``distsdfg.optimize``; None: on unless ``DISTSDFG_OPTIMIZE=0``)."""
     from .placement import placed_arrays
     if (comm, target) not in (("host", "cpu"), ("host", "gpu"), ("device", "gpu"), ("emulated", "cpu")):
         raise DistributedLoweringError(f"comm={comm!r} does not go with target={target!r}: device buffers need "
@@ -574,6 +582,10 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     sdfg._distsdfg = Lowered(schedule.with_sdfg(original) if schedule.sdfg is None else schedule, original,
                              rw.steps, kgrids, even_checks, target, getattr(rw, "home_specs", list)(),
                              dict(getattr(rw, "boundary", {})), source, comm=comm)
+    if target == "cpu":
+        from .optimize import enabled, optimize_lowered
+        if enabled(optimize):
+            optimize_lowered(sdfg, sdfg._distsdfg, straight=linear and not placed)
     if target == "gpu":
         from .gpu import OffloadKernels
         if sdfg._distsdfg.homes:

@@ -102,6 +102,7 @@ class DistributedProgram:
         self._compiled = compiled
         self.comm = comm
         self._plans: Dict[Tuple, Tuple[np.ndarray, List[ConcreteStep]]] = {}
+        self._signatures: Dict[Tuple, Dict[str, Any]] = {}    # checked call signatures -> symbol values
 
     # -- argument checking (rank 0) ---------------------------------------------------------------
     @functools.cached_property
@@ -226,6 +227,44 @@ class DistributedProgram:
             return tuple(cupy.asarray(o) if isinstance(o, np.ndarray) else o for o in out)
         return cupy.asarray(out) if isinstance(out, np.ndarray) else out
 
+    def _checked(self, kwargs, arrays, given, P):
+        """Rank 0: (symbol values, error or None) of a call. A warm call with the same argument
+        names, shapes, dtypes and size symbols as an earlier good one reuses its answer, so it
+        does no symbolic work (sympy) at all."""
+        key = (P, tuple(sorted(kwargs)), tuple(sorted((k, a.shape, a.dtype.str) for k, a in arrays.items())),
+               tuple(sorted((k, int(v) if isinstance(v, (int, np.integer)) else repr(v)) for k, v in given.items())))
+        hit = self._signatures.get(key)
+        if hit is not None:
+            return dict(hit), None
+        values, error = None, None
+        try:
+            if self.lowered.nprocs > P:
+                raise CommunicatorSizeError(
+                    f"the schedule needs {self.lowered.nprocs} ranks but the communicator has {P}: run with "
+                    f"`mpiexec -n {self.lowered.nprocs}` or lower with a smaller grid")
+            values = symbol_values(self.sdfg, arrays, given)
+            msg = self._check_inputs(kwargs) or self._validate_arrays(arrays, values)
+            error = ("InputError", msg) if msg else None
+        except DistributedLoweringError as exc:
+            error = (type(exc).__name__, str(exc))
+        except Exception as exc:
+            error = ("InputError", f"{type(exc).__name__}: {exc}")
+        if error is None and len(self._signatures) < 64:
+            self._signatures[key] = dict(values)
+        return values, error
+
+    @functools.cached_property
+    def _rank_symbols(self) -> Dict[str, int]:
+        """This rank's coordinates in every kernel's grid, by rank symbol."""
+        out: Dict[str, int] = {}
+        rank = self.comm.rank
+        for kg in self.lowered.kernels:
+            coords = (np.unravel_index(rank, kg.grid) if rank < int(np.prod(kg.grid)) else kg.grid)
+            for s, c in zip(kg.rank_syms, coords):
+                if s:
+                    out[s] = int(c)
+        return out
+
     def _call(self, kwargs):
         if self.lowered.target == "gpu":
             from .gpu import gpu_available
@@ -241,18 +280,7 @@ class DistributedProgram:
         given = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k in self.sdfg.symbols}
         error, values = None, None
         if rank == 0:
-            try:
-                if self.lowered.nprocs > P:
-                    raise CommunicatorSizeError(
-                        f"the schedule needs {self.lowered.nprocs} ranks but the communicator has {P}: run with "
-                        f"`mpiexec -n {self.lowered.nprocs}` or lower with a smaller grid")
-                values = symbol_values(self.sdfg, arrays, given)
-                msg = self._check_inputs(kwargs) or self._validate_arrays(arrays, values)
-                error = ("InputError", msg) if msg else None
-            except DistributedLoweringError as exc:
-                error = (type(exc).__name__, str(exc))
-            except Exception as exc:
-                error = ("InputError", f"{type(exc).__name__}: {exc}")
+            values, error = self._checked(kwargs, arrays, given, P)
         # Scalar arguments steer loops and branches: every rank takes rank 0's.
         scalars = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k not in self.sdfg.symbols}
         error, values, scalars = comm.bcast((error, values, scalars if rank == 0 else None), root=0)
@@ -268,11 +296,7 @@ class DistributedProgram:
         call.update({k: values[k] for k in self.sdfg.symbols if k in values})    # rank 0's sizes
         if rank != 0:       # arrays at rank 0 this rank left out: stand-ins (distsdfg.root_args)
             self._root_args.fill(call, values)
-        for kg in self.lowered.kernels:
-            coords = (np.unravel_index(rank, kg.grid) if rank < int(np.prod(kg.grid)) else kg.grid)
-            for s, c in zip(kg.rank_syms, coords):
-                if s:
-                    call[s] = int(c)
+        call.update(self._rank_symbols)
         call.update(home_syms)
         call[PLAN_ARRAY] = table
         call[PLAN_LEN] = int(table.shape[0])

@@ -1,0 +1,80 @@
+"""Rank-local optimisation after tiling (distsdfg.optimize): unit tier, no compile, no MPI.
+
+The compiled results of optimised programs are checked by the mpiexec cases of test_mpi.py
+(greatcircle, softmax, mlp, ...), which lower with the optimisation on (the default).
+"""
+import pytest
+from dace.libraries.standard import Reduce
+from dace.sdfg import nodes
+
+import distsdfg
+from distsdfg.testing.programs import get
+
+
+_CACHE = {}
+
+
+def _lowered(prog, schedule, optimize):
+    """Lowered once per module (tests only read it)."""
+    key = (prog, repr(schedule), optimize)
+    if key not in _CACHE:
+        _CACHE[key] = _lower(prog, schedule, optimize)
+    return _CACHE[key]
+
+
+def _lower(prog, schedule, optimize):
+    sdfg = get(prog).sdfg()
+    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, schedule, fuzzy=True), optimize=optimize)
+    return sdfg
+
+
+def _maps(sdfg):
+    return [n for n, _ in sdfg.all_nodes_recursive() if isinstance(n, nodes.MapEntry)]
+
+
+def _steps(sdfg):
+    return [(s.kind, s.array, s.boxes, s.local_shape) for s in sdfg._distsdfg.steps]
+
+
+@pytest.mark.parametrize("prog,schedule", [("greatcircle", {"*": (4,)}),
+                                           ("repartition", {"_Mult__map": (4, 1), "_Add__map": (1, 4)}),
+                                           ("softmax", {"*": (1, 1, 1, 4)})])
+def test_fusion_keeps_every_communication_step(prog, schedule):
+    plain, fused = _lowered(prog, schedule, False), _lowered(prog, schedule, True)
+    assert _steps(fused) == _steps(plain)
+    assert len(_maps(fused)) <= len(_maps(plain))
+    used = {n.data for st in fused.states() for n in st.data_nodes()}
+    assert all(s.local in used for s in fused._distsdfg.steps)     # every step still has its buffer
+    fused.validate()
+
+
+def test_elementwise_chain_becomes_one_map_per_rank():
+    plain, fused = _lowered("greatcircle", {"*": (4,)}, False), _lowered("greatcircle", {"*": (4,)}, True)
+    # two chains start at the inputs (lat2 - lat1 and lon2 - lon1); everything after them fuses
+    assert len(_maps(plain)) > 5 and len(_maps(fused)) == 2
+    # every kernel reads its rank coordinate from one shared symbol, which the runtime fills
+    syms = {s for kg in fused._distsdfg.kernels for s in kg.rank_syms if s}
+    assert len(syms) == 1 and syms <= set(fused.symbols)
+    local = [a for a, d in fused.arrays.items() if d.transient and a.startswith("__dsdfg_")]
+    assert len(local) < len([a for a, d in plain.arrays.items() if d.transient and a.startswith("__dsdfg_")])
+
+
+def test_different_grids_keep_their_own_rank_symbols():
+    sdfg = _lowered("repartition", {"_Mult__map": (4, 1), "_Add__map": (1, 4)}, True)
+    k0, k1 = sdfg._distsdfg.kernels
+    assert k0.rank_syms[0] and k1.rank_syms[1] and k0.rank_syms[0] != k1.rank_syms[1]
+    assert len(_maps(sdfg)) == 2
+
+
+def test_reductions_get_the_sequential_expansion():
+    fused = _lowered("softmax", {"*": (1, 1, 1, 4)}, True)
+    impls = [n.implementation for n, _ in fused.all_nodes_recursive() if isinstance(n, Reduce)]
+    assert impls and all(i == "pure-seq" for i in impls)
+    plain = _lowered("softmax", {"*": (1, 1, 1, 4)}, False)
+    assert all(n.implementation in (None, "pure") for n, _ in plain.all_nodes_recursive() if isinstance(n, Reduce))
+
+
+def test_optimize_can_be_switched_off_by_environment(monkeypatch):
+    monkeypatch.setenv("DISTSDFG_OPTIMIZE", "0")
+    sdfg = _lower("greatcircle", {"*": (4,)}, None)
+    assert len(_maps(sdfg)) > 5

@@ -19,7 +19,7 @@ import distsdfg
 from distsdfg import dace_compat as dc
 from distsdfg.errors import DistributedLoweringError
 from distsdfg.launch import mpiexec_argv
-from distsdfg.lowering import PLAN_ARRAY
+from distsdfg.lowering import RUNTIME_ARGS
 from distsdfg.mpi import DistributedMemlet
 from distsdfg.testing.programs import get
 
@@ -90,7 +90,7 @@ def test_cuda_aware_lowering_hands_device_buffers_to_mpi():
                 assert n.buffers == "device" and n.implementation == "MPI_CUDA"
                 local = [e.data.data for e in state.in_edges(n) + state.out_edges(n)
                          if not e.data.is_empty() and e.data.data.startswith("__dsdfg_")
-                         and e.data.data != PLAN_ARRAY]
+                         and e.data.data not in RUNTIME_ARGS]
                 assert local and all(sdfg.arrays[a].storage == dtypes.StorageType.GPU_Global for a in local)
     assert steps == 3
 

@@ -319,11 +319,31 @@ def build_lock(folder: str, exclusive: bool = True):
     parent = os.path.dirname(os.path.abspath(folder))
     os.makedirs(parent, exist_ok=True)
     with open(os.path.abspath(folder) + ".lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            locked = True
+        except OSError:         # a file system without locks (some parallel ones): go on unlocked
+            locked = False
         try:
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            if locked:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+
+#: Build folders whose library this process has loaded: DaCe loads such a library again from a
+#: copy it writes into the folder, so that load takes the folder's lock exclusively.
+_LOADED: set = set()
+
+
+def load_build(folder: str):
+    """Load the program built in ``folder`` (a rank other than the builder)."""
+    from dace.sdfg.utils import load_precompiled_sdfg
+    key = os.path.abspath(folder)
+    with build_lock(folder, exclusive=key in _LOADED):
+        compiled = load_precompiled_sdfg(folder)
+    _LOADED.add(key)
+    return compiled
 
 
 def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
@@ -376,6 +396,7 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
     if comm.rank == 0:
         try:
             compiled, folder = build(sdfg, verbose=verbose, rebuild=rebuild)
+            _LOADED.add(os.path.abspath(folder))
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
     # Every rank plans from rank 0's lowering: the binary was built from it.
@@ -384,8 +405,6 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
     if error is not None:
         raise DistributedLoweringError(f"compiling `{sdfg.name}` failed on rank 0: {error}")
     if comm.rank != 0:
-        from dace.sdfg.utils import load_precompiled_sdfg
-        with build_lock(folder, exclusive=False):
-            compiled = load_precompiled_sdfg(folder)
+        compiled = load_build(folder)
     comm.Barrier()
     return DistributedProgram(sdfg, compiled, comm)

@@ -70,7 +70,7 @@ def _run_lowered(text, p, sdfg, sched, comm):
     counts = {k: v for k, v in inputs.items() if isinstance(v, (int, np.integer))}   # loop bounds
     counts.update({k: v for k, v in values.items() if k in sdfg.symbols})
     report = distsdfg.comm_report(sdfg, nprocs=comm.size, **counts)
-    fn = distsdfg.compile(sdfg)
+    fn = distsdfg.compile(sdfg, comm=comm)
     if comm.rank != 0:     # only rank 0's arrays count; scalars are taken from rank 0
         inputs = {k: np.zeros_like(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
     out = fn(**inputs, **symbols)

@@ -75,7 +75,7 @@ def run_case(case: str, comm, tag: int) -> dict:
     inputs = p.inputs(np.random.default_rng(1234))
     sizes = dict(p.symbols)
     sdfg = _lower(name, sched, placement, sizes, P, tag)
-    prog = distsdfg.compile(sdfg)
+    prog = distsdfg.compile(sdfg, comm=comm)
     low = prog.lowered
     sizes = global_sizes(prog, inputs, sizes)
     lay = {a: prog.layout(a, **sizes) for a in inputs if isinstance(inputs[a], np.ndarray)}
@@ -167,7 +167,7 @@ def run_npy(comm, folder: str, tag: int) -> dict:
     if rank == 0:
         _write_input(src, n)
     sdfg = _lower("affine", {"*": (4, 1)}, "distributed", {"N": n}, comm.size, tag)
-    prog = distsdfg.compile(sdfg)
+    prog = distsdfg.compile(sdfg, comm=comm)
     la, lb = prog.layout("A", N=n), prog.layout("B", N=n)
     comm.Barrier()
     rss0 = _reset_peak_rss()

@@ -117,7 +117,7 @@ def run_case(case: str, comm) -> dict:
     sched = distsdfg.schedule_from_shardings(sdfg, shardings, nprocs=comm.size)
     distsdfg.lower(sdfg, sched)
     report = distsdfg.comm_report(sdfg, nprocs=comm.size)
-    fn = distsdfg.compile(sdfg)
+    fn = distsdfg.compile(sdfg, comm=comm)
     result = {"case": case, "schedule": {k: list(v) for k, v in sched.items()},
               "report": [{"collective": s.collective, "array": s.array, "sent": list(s.sent)} for s in report]}
     if mode == "forward":

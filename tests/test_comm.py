@@ -48,6 +48,17 @@ def test_the_runtime_header_never_names_the_world():
             assert "MPI_COMM_WORLD" not in f.read(), name
 
 
+def test_saving_blocks_needs_the_programs_communicator(tmp_path):
+    from mpi4py import MPI
+
+    from distsdfg.errors import PlacementError
+    sdfg = get("affine").sdfg()
+    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"*": (2, 1)}), placement="distributed")
+    lay = distsdfg.layout(sdfg, "A", nprocs=2, N=8)
+    with pytest.raises(PlacementError, match="layout is for 2 ranks but the communicator has 1"):
+        lay.save(str(tmp_path / "A.npy"), lay.empty(0), 0, comm=MPI.COMM_SELF)
+
+
 def test_builders_of_one_folder_take_turns(tmp_path):
     """Two communicators may compile the same program at once: the build folder's lock is exclusive
     for builders (flock: two opens conflict even in one process) and shared among loaders."""

@@ -19,11 +19,17 @@ from .mpi import DistributedMemlet
 from .plan import Layout, StepSpec
 from .schedule import Schedule
 
-__all__ = ["Lowered", "lower_sdfg", "PLAN_ARRAY", "PLAN_LEN"]
+__all__ = ["Lowered", "lower_sdfg", "PLAN_ARRAY", "PLAN_LEN", "COMM_ARG", "RUNTIME_ARGS"]
 
 PLAN_ARRAY = "__dsdfg_plan"
 _IDENTITY = {"sum": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf")}
 PLAN_LEN = "__dsdfg_plan_len"
+#: The caller's communicator as a Fortran handle (mpi4py's ``comm.py2f()``): a scalar argument
+#: that every communication step reads, so that all of them talk on the communicator the program
+#: was compiled for (``distsdfg.compile(sdfg, comm=...)``).
+COMM_ARG = "__dsdfg_comm"
+#: Arguments the runtime passes on every call, never the user.
+RUNTIME_ARGS = frozenset({PLAN_ARRAY, COMM_ARG})
 
 
 @dataclasses.dataclass
@@ -155,6 +161,8 @@ class _Rewriter:
         state.add_node(node)
         plan = state.add_read(PLAN_ARRAY)
         state.add_edge(plan, None, node, "_plan", dace.Memlet.from_array(PLAN_ARRAY, self.sdfg.arrays[PLAN_ARRAY]))
+        comm = state.add_read(COMM_ARG)
+        state.add_edge(comm, None, node, "_comm", dace.Memlet.from_array(COMM_ARG, self.sdfg.arrays[COMM_ARG]))
         if src is not None:
             state.add_edge(src, None, node, "_in", dace.Memlet.from_array(src.data, self.sdfg.arrays[src.data]))
         state.add_edge(node, "_out", dst, None, dace.Memlet.from_array(dst.data, self.sdfg.arrays[dst.data]))
@@ -562,6 +570,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
 
     sdfg.add_symbol(PLAN_LEN, dace.int64)
     sdfg.add_array(PLAN_ARRAY, [dc.sym(PLAN_LEN)], dace.int64)
+    sdfg.add_scalar(COMM_ARG, dace.int32)
     segments, linear = dc.program_segments(sdfg)
     views = dc.reshape_views(sdfg)
     viewed = dc.viewed_arrays(sdfg, exclude=views)

@@ -172,10 +172,14 @@ class ArrayLayout:
         return out
 
     def save(self, path: str, block: np.ndarray, rank: int, comm=None) -> None:
-        """Collective: write every rank's block into the ``.npy`` file ``path`` (rank 0 creates it;
-        replicas write once). No rank holds more than its block."""
+        """Collective over ``comm`` (default ``MPI.COMM_WORLD``; pass the program's ``prog.comm``
+        when it runs on another): write every rank's block into the ``.npy`` file ``path`` (rank 0
+        creates it; replicas write once). No rank holds more than its block."""
         from mpi4py import MPI
         comm = comm if comm is not None else MPI.COMM_WORLD
+        if comm.size != self.nprocs:
+            raise PlacementError(f"saving `{self.array}`: its layout is for {self.nprocs} ranks but the communicator "
+                                 f"has {comm.size}; pass the program's communicator (save(..., comm=prog.comm))")
         if comm.rank == 0:
             np.lib.format.open_memmap(path, mode="w+", dtype=np.dtype(self.dtype), shape=self.shape).flush()
         comm.Barrier()

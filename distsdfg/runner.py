@@ -61,12 +61,12 @@ def random_inputs(sdfg, sizes: Dict[str, int], seed: int = 0) -> Dict[str, objec
     """Random data for every array and scalar argument of ``sdfg`` (its shapes, its dtypes)."""
     from dace import data as dt
 
-    from .lowering import PLAN_ARRAY
+    from .lowering import RUNTIME_ARGS
     from .plan import evaluate
     rng = np.random.default_rng(seed)
     out = {}
     for name, desc in sdfg.arglist().items():
-        if name.startswith("__return") or name == PLAN_ARRAY or name in sdfg.symbols:
+        if name.startswith("__return") or name in RUNTIME_ARGS or name in sdfg.symbols:
             continue
         dtype = np.dtype(desc.dtype.as_numpy_dtype())
         shape = () if isinstance(desc, dt.Scalar) else tuple(evaluate(str(s), sizes) for s in desc.shape)

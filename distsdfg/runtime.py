@@ -1,6 +1,7 @@
 """Compile once on rank 0, load everywhere, and run: the wrapper every rank calls."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -13,7 +14,7 @@ from dace.sdfg import SDFG
 from . import dace_compat as dc
 from . import errors
 from .errors import CommunicatorSizeError, DistributedLoweringError, InputError
-from .lowering import PLAN_ARRAY, PLAN_LEN, Lowered
+from .lowering import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS, Lowered
 from .plan import ConcreteStep, encode_plan, evaluate, solve_homes, solve_step
 
 __all__ = ["DistributedProgram", "compile_distributed", "solve_plan", "symbol_values", "idle_bcast"]
@@ -101,6 +102,8 @@ class DistributedProgram:
         self.lowered = lowered_of(sdfg)
         self._compiled = compiled
         self.comm = comm
+        # Every communication step talks on this communicator (its ranks are the plan's ranks).
+        self._fcomm = int(comm.py2f())
         self._plans: Dict[Tuple, Tuple[np.ndarray, List[ConcreteStep]]] = {}
         self._signatures: Dict[Tuple, Dict[str, Any]] = {}    # checked call signatures -> symbol values
 
@@ -118,7 +121,7 @@ class DistributedProgram:
         from dace import data as dt
         sdfg = self.sdfg
         for name, desc in self._arglist.items():
-            if name == PLAN_ARRAY or isinstance(desc, dt.Scalar) and name not in kwargs and name in sdfg.symbols:
+            if name in RUNTIME_ARGS or isinstance(desc, dt.Scalar) and name not in kwargs and name in sdfg.symbols:
                 continue
             if name not in kwargs:
                 if name.startswith("__return"):
@@ -300,6 +303,7 @@ class DistributedProgram:
         call.update(home_syms)
         call[PLAN_ARRAY] = table
         call[PLAN_LEN] = int(table.shape[0])
+        call[COMM_ARG] = self._fcomm
         self._reinitialise_if_sizes_changed(call)
         if blocks:      # a rank's block is often a view (a slice of a memory map); checked contiguous above
             with dc.allow_view_arguments():
@@ -352,18 +356,58 @@ def _cached(folder: str, key: str, name: str) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def build_lock(folder: str, exclusive: bool = True):
+    """Hold a lock on the build folder ``folder``: exclusive while building, shared while loading.
+
+    Programs compiled at the same time on different communicators (each builds on its own rank 0)
+    may share a build folder: the same program, or programs of one name. The lock file lies beside
+    the folder, which a build rewrites.
+    """
+    import fcntl
+    parent = os.path.dirname(os.path.abspath(folder))
+    os.makedirs(parent, exist_ok=True)
+    with open(os.path.abspath(folder) + ".lock", "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            locked = True
+        except OSError:         # a file system without locks (some parallel ones): go on unlocked
+            locked = False
+        try:
+            yield
+        finally:
+            if locked:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+
+#: Build folders whose library this process has loaded: DaCe loads such a library again from a
+#: copy it writes into the folder, so that load takes the folder's lock exclusively.
+_LOADED: set = set()
+
+
+def load_build(folder: str):
+    """Load the program built in ``folder`` (a rank other than the builder)."""
+    from dace.sdfg.utils import load_precompiled_sdfg
+    key = os.path.abspath(folder)
+    with build_lock(folder, exclusive=key in _LOADED):
+        compiled = load_precompiled_sdfg(folder)
+    _LOADED.add(key)
+    return compiled
+
+
 def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
     """Compile ``sdfg`` unless its build folder already holds this exact build; returns (compiled, folder).
 
     The stamp is written only after a complete build, so an interrupted compile is rebuilt
-    on the next run rather than loaded half-made.
+    on the next run rather than loaded half-made; builders of one folder take turns (``build_lock``).
     """
     t0 = time.time()
-    if getattr(getattr(sdfg, "_distsdfg", None), "target", "cpu") == "gpu":
-        from .gpu import build_settings
-        with build_settings(sdfg.build_folder):
-            return _build(sdfg, verbose, rebuild, t0)
-    return _build(sdfg, verbose, rebuild, t0)
+    with build_lock(sdfg.build_folder):
+        if getattr(getattr(sdfg, "_distsdfg", None), "target", "cpu") == "gpu":
+            from .gpu import build_settings
+            with build_settings(sdfg.build_folder):
+                return _build(sdfg, verbose, rebuild, t0)
+        return _build(sdfg, verbose, rebuild, t0)
 
 
 def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
@@ -388,7 +432,9 @@ def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
 
 def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None,
                         rebuild: bool = False) -> DistributedProgram:
-    """Build on rank 0 (or reuse an identical build), load on every rank (collective over ``comm``)."""
+    """Build on rank 0 of ``comm`` (or reuse an identical build), load on every rank (collective over
+    ``comm``, default ``MPI.COMM_WORLD``). The program runs on ``comm``: its ranks are the ranks the
+    plan speaks of, and every communication step uses it (see ``lowering.COMM_ARG``)."""
     comm = _comm(comm)
     lowered_of(sdfg)
     dc.ensure_mpi_on_path()
@@ -399,6 +445,7 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
     if comm.rank == 0:
         try:
             compiled, folder = build(sdfg, verbose=verbose, rebuild=rebuild)
+            _LOADED.add(os.path.abspath(folder))
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
     # Every rank plans from rank 0's lowering: the binary was built from it.
@@ -407,7 +454,6 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
     if error is not None:
         raise DistributedLoweringError(f"compiling `{sdfg.name}` failed on rank 0: {error}")
     if comm.rank != 0:
-        from dace.sdfg.utils import load_precompiled_sdfg
-        compiled = load_precompiled_sdfg(folder)
+        compiled = load_build(folder)
     comm.Barrier()
     return DistributedProgram(sdfg, compiled, comm)

@@ -18,9 +18,9 @@ from dace import dtypes
 import distsdfg
 from distsdfg import dace_compat as dc
 from distsdfg.errors import DistributedLoweringError
-from distsdfg.testing.mpirun import bytes_mismatch, counted_argv
-from distsdfg.lowering import PLAN_ARRAY
+from distsdfg.lowering import RUNTIME_ARGS
 from distsdfg.mpi import DistributedMemlet
+from distsdfg.testing.mpirun import bytes_mismatch, counted_argv
 from distsdfg.testing.programs import get
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -91,7 +91,7 @@ def test_cuda_aware_lowering_hands_device_buffers_to_mpi():
                 assert n.buffers == "device" and n.implementation == "MPI_CUDA"
                 local = [e.data.data for e in state.in_edges(n) + state.out_edges(n)
                          if not e.data.is_empty() and e.data.data.startswith("__dsdfg_")
-                         and e.data.data != PLAN_ARRAY]
+                         and e.data.data not in RUNTIME_ARGS]
                 assert local and all(sdfg.arrays[a].storage == dtypes.StorageType.GPU_Global for a in local)
     assert steps == 3
 

@@ -16,7 +16,8 @@ BUFFERS = {"host": "HostMem", "device": "DeviceMem", "emulated": "EmulatedDevice
 
 @dace.library.expansion
 class ExpandDistributedMemletMPI(ExpandTransformation):
-    """Expands to one call of ``distsdfg::run_step`` on the step's table in the plan array."""
+    """Expands to one call of ``distsdfg::run_step`` on the step's table in the plan array, over the
+    communicator whose Fortran handle arrives on ``_comm``."""
 
     environments = [DistSDFGRuntime]
 
@@ -26,7 +27,7 @@ class ExpandDistributedMemletMPI(ExpandTransformation):
         desc = parent_sdfg.arrays[out_edge.data.data]
         ctype = desc.dtype.ctype
         src = "_in" if "_in" in node.in_connectors else "nullptr"
-        ins = {"_plan": dace.pointer(dace.int64)}
+        ins = {"_plan": dace.pointer(dace.int64), "_comm": dace.int32}
         if "_in" in node.in_connectors:
             in_edge = next(e for e in parent_state.in_edges(node) if e.dst_conn == "_in")
             if isinstance(parent_sdfg.arrays[in_edge.data.data], dace.data.Scalar):
@@ -34,7 +35,8 @@ class ExpandDistributedMemletMPI(ExpandTransformation):
                 src = "&_in"
             else:
                 ins["_in"] = dace.pointer(desc.dtype)
-        code = f"distsdfg::run_step<{ctype}, distsdfg::{BUFFERS[node.buffers]}>(_plan, {node.step}, {src}, _out);"
+        code = (f"distsdfg::run_step<{ctype}, distsdfg::{BUFFERS[node.buffers]}>(_plan, {node.step}, {src}, _out, "
+                f"MPI_Comm_f2c(_comm));")
         return dace.sdfg.nodes.Tasklet(node.name, ins, {"_out": dace.pointer(desc.dtype)}, code,
                                        language=dtypes.Language.CPP, side_effects=True)
 
@@ -50,9 +52,10 @@ class ExpandDistributedMemletCUDA(ExpandDistributedMemletMPI):
 class DistributedMemlet(dace.sdfg.nodes.LibraryNode):
     """Moves ``array`` as step ``step`` of the solved communication plan.
 
-    Inputs ``_in`` (the source buffer; absent for a fill) and ``_plan`` (the plan table),
-    output ``_out`` (the destination buffer). ``kind`` is scatter, gather, reduce or fill;
-    the step's blocks per rank live in the plan table, computed by distsdfg.plan.
+    Inputs ``_in`` (the source buffer; absent for a fill), ``_plan`` (the plan table) and ``_comm``
+    (the communicator's Fortran handle, an int32 scalar), output ``_out`` (the destination buffer).
+    ``kind`` is scatter, gather, reduce or fill; the step's blocks per rank live in the plan table,
+    computed by distsdfg.plan.
     ``buffers="device"`` hands GPU buffers to MPI directly (CUDA-aware MPI; set by
     ``distsdfg.gpu.DeviceBufferComm``).
     """
@@ -67,7 +70,7 @@ class DistributedMemlet(dace.sdfg.nodes.LibraryNode):
                                        desc="Where the local buffers live: host | device | emulated (see BUFFERS)")
 
     def __init__(self, name, step=0, kind="scatter", array="", has_input=True, *args, **kwargs):
-        inputs = {"_plan", "_in"} if has_input else {"_plan"}
+        inputs = {"_plan", "_comm", "_in"} if has_input else {"_plan", "_comm"}
         super().__init__(name, *args, inputs=inputs, outputs={"_out"}, **kwargs)
         self.step = step
         self.kind = kind

@@ -43,7 +43,7 @@ def main(path: str) -> None:
     sdfg = get("matmul").sdfg()
     sdfg.name = "gpu_args_matmul"
     distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"gemm_map": (P, 1, 1)}), target="gpu")
-    matmul = distsdfg.compile(sdfg)
+    matmul = distsdfg.compile(sdfg, comm=comm)
     for m, k, n in ((256, 192, 128), (64, 48, 40), (256, 192, 128)):
         A, B = xp.asarray(rng.random((m, k))), xp.asarray(rng.random((k, n)))
         C = matmul(A=A, B=B)
@@ -56,7 +56,7 @@ def main(path: str) -> None:
     sdfg = p.sdfg()
     sdfg.name = "gpu_args_affine"
     distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"*": (P, 1)}, fuzzy=True), target="gpu")
-    affine = distsdfg.compile(sdfg)
+    affine = distsdfg.compile(sdfg, comm=comm)
     A = xp.asarray(rng.random((64, 64)))
     B = xp.zeros((64, 64))
     affine(A=A, B=B)

@@ -8,9 +8,13 @@
 // operand are read and written in place).
 // `start`/`size` give the rank's block in global coordinates, `origin` the global index of
 // the first element of its local buffer. The partition sub-communicator (pcolor/pkey)
-// holds one rank per distinct block and always has world rank 0 as key 0; the replicate
+// holds one rank per distinct block and always has rank 0 as key 0; the replicate
 // sub-communicators (rcolor/rkey) hold the ranks that share a block, with key 0 the one
 // that is also in the partition sub-communicator.
+//
+// Ranks are those of the caller's communicator (the one given to distsdfg.compile), which the
+// generated code passes to every step as a Fortran handle; rank 0 of it is the root. The runtime
+// talks on a private duplicate of it (see Context).
 #pragma once
 #include <mpi.h>
 
@@ -24,6 +28,7 @@
 #include <memory>
 #include <new>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -38,8 +43,6 @@ enum Mode : int64_t { M_LOCAL = 0, M_ALLREDUCE = 1, M_REDUCE_SCATTER = 2, M_ALLG
                       M_ALLTOALLV = 5, M_REDUCE = 6, M_P2P = 7 };
 enum Op : int64_t { OP_NONE = 0, OP_SUM = 1, OP_PROD = 2, OP_MAX = 3, OP_MIN = 4 };
 enum Flag : int64_t { F_ACC = 1, F_MERGE = 2, F_REPL = 4, F_MASK = 8 };
-
-inline MPI_Comm world() { return MPI_COMM_WORLD; }
 
 inline MPI_Datatype mpi_type(int64_t code) {
     switch (code) {
@@ -354,28 +357,65 @@ struct EmulatedPrim {
 };
 using EmulatedDeviceMem = PlaneMem<EmulatedPrim>;
 
-/// Sub-communicators are cached by the colour/key layout, which every rank sees alike.
-inline MPI_Comm split(const Step& s, bool partition) {
-    static std::map<std::vector<int64_t>, MPI_Comm> cache;
+inline void check(int err, const char* what) {
+    if (err != MPI_SUCCESS) throw std::runtime_error(std::string("distsdfg: MPI call failed: ") + what);
+}
+
+/// The runtime's communicators for one caller's communicator: a private duplicate (the runtime's
+/// messages never match the caller's own) and the sub-communicators split from it, cached by
+/// their colour/key layout, which every rank sees alike. A Context is an attribute of the
+/// caller's communicator, so two communicators never share one, and a communicator created after
+/// another was freed (possibly with the same handle) starts afresh. No delete callback: the
+/// program's library may be unloaded before the communicator goes, so the few handles are left
+/// to MPI_Finalize (a program keeps one Context per communicator it is called on).
+struct Context {
+    MPI_Comm comm = MPI_COMM_NULL;
+    int rank = 0, size = 0;
+    std::map<std::vector<int64_t>, MPI_Comm> subs;
+
+    /// The sub-communicator of colour ``color`` (negative: none) and key ``key``; ``sig`` names the
+    /// whole layout. Comm_split is collective over ``comm``: every rank calls it, members or not.
+    MPI_Comm sub(const std::vector<int64_t>& sig, int64_t color, int64_t key) {
+        auto it = subs.find(sig);
+        if (it != subs.end()) return it->second;
+        MPI_Comm c;
+        check(MPI_Comm_split(comm, color < 0 ? MPI_UNDEFINED : int(color), int(key), &c), "Comm_split");
+        subs[sig] = c;
+        return c;
+    }
+};
+
+/// The Context of the caller's communicator ``parent`` (collective on its first use).
+inline Context& context(MPI_Comm parent) {
+    static int keyval = MPI_KEYVAL_INVALID;
+    if (keyval == MPI_KEYVAL_INVALID)
+        check(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &keyval, nullptr),
+              "Comm_create_keyval");
+    void* attr = nullptr;
+    int found = 0;
+    check(MPI_Comm_get_attr(parent, keyval, &attr, &found), "Comm_get_attr");
+    if (found) return *static_cast<Context*>(attr);
+    auto ctx = std::unique_ptr<Context>(new Context);
+    check(MPI_Comm_dup(parent, &ctx->comm), "Comm_dup");
+    MPI_Comm_rank(ctx->comm, &ctx->rank);
+    MPI_Comm_size(ctx->comm, &ctx->size);
+    check(MPI_Comm_set_attr(parent, keyval, ctx.get()), "Comm_set_attr");
+    return *ctx.release();
+}
+
+/// A step's partition or replicate sub-communicator.
+inline MPI_Comm split(const Step& s, bool partition, Context& ctx) {
     std::vector<int64_t> sig;
     sig.push_back(partition ? 1 : 2);
     for (int64_t q = 0; q < s.nranks(); ++q) {
         sig.push_back(partition ? s.pcolor(q) : s.rcolor(q));
         sig.push_back(partition ? s.pkey(q) : s.rkey(q));
     }
-    auto it = cache.find(sig);
-    if (it != cache.end()) return it->second;
-    int me;
-    MPI_Comm_rank(world(), &me);
-    int64_t color = partition ? s.pcolor(me) : s.rcolor(me);
-    int64_t key = partition ? s.pkey(me) : s.rkey(me);
-    MPI_Comm c;
-    MPI_Comm_split(world(), color < 0 ? MPI_UNDEFINED : int(color), int(key), &c);
-    cache[sig] = c;
-    return c;
+    const int me = ctx.rank;
+    return ctx.sub(sig, partition ? s.pcolor(me) : s.rcolor(me), partition ? s.pkey(me) : s.rkey(me));
 }
 
-/// World ranks of the members of my sub-communicator, ordered by key.
+/// Ranks of the members of my sub-communicator, ordered by key.
 inline std::vector<int64_t> members(const Step& s, bool partition, int64_t color) {
     std::vector<std::pair<int64_t, int64_t>> m;
     for (int64_t q = 0; q < s.nranks(); ++q) {
@@ -386,10 +426,6 @@ inline std::vector<int64_t> members(const Step& s, bool partition, int64_t color
     std::vector<int64_t> out;
     for (auto& p : m) out.push_back(p.second);
     return out;
-}
-
-inline void check(int err, const char* what) {
-    if (err != MPI_SUCCESS) throw std::runtime_error(std::string("distsdfg: MPI call failed: ") + what);
 }
 
 /// Where the box (start, size) of a row-major array of ``shape``, whose element [origin] comes
@@ -447,7 +483,8 @@ inline bool overlaps(const T* a, int64_t na, const T* b, int64_t nb) {
 }
 
 template <typename T, typename Mem>
-void scatter(const Step& s, const T* global, T* local, int me) {
+void scatter(const Step& s, const T* global, T* local, Context& ctx) {
+    const int me = ctx.rank;
     MPI_Datatype ty = mpi_type(s.dtype());
     const int64_t n = s.count(me);
     // Receive straight into the local buffer when my block is one run of it.
@@ -455,9 +492,9 @@ void scatter(const Step& s, const T* global, T* local, int me) {
     if (me == 0 && loff >= 0 && overlaps(local, volume(s.ndim(), s.lshape()), global, s.gextent())) loff = -1;
     typename Mem::template Buffer<T> mine(loff < 0 ? n : 0);
     T* recv = loff < 0 ? mine.data() : local + loff;
-    // Comm_split is collective over the world: every rank splits, members or not.
-    MPI_Comm pc = split(s, true);
-    MPI_Comm rc = (s.flags() & F_REPL) ? split(s, false) : MPI_COMM_NULL;
+    // Comm_split is collective: every rank splits, members or not.
+    MPI_Comm pc = split(s, true, ctx);
+    MPI_Comm rc = (s.flags() & F_REPL) ? split(s, false, ctx) : MPI_COMM_NULL;
     if (s.pcolor(me) >= 0) {
         auto mem = members(s, true, s.pcolor(me));
         std::vector<int> counts(mem.size()), displs;
@@ -487,7 +524,8 @@ void scatter(const Step& s, const T* global, T* local, int me) {
 }
 
 template <typename T, typename Mem>
-void gather(const Step& s, const T* local, T* global, int me, bool reduce) {
+void gather(const Step& s, const T* local, T* global, Context& ctx, bool reduce) {
+    const int me = ctx.rank;
     MPI_Datatype ty = mpi_type(s.dtype());
     const int64_t n = s.count(me);
     // Send straight from the local buffer when my block is one run of it.
@@ -495,8 +533,8 @@ void gather(const Step& s, const T* local, T* global, int me, bool reduce) {
     typename Mem::template Buffer<T> mine(loff < 0 ? n : 0);
     if (loff < 0) Mem::pack(s.ndim(), local, s.lshape(), s.origin(me), s.start(me), s.size(me), mine.data());
     const T* send = loff < 0 ? mine.data() : local + loff;
-    MPI_Comm pc = split(s, true);
-    MPI_Comm rc = (s.flags() & F_REPL) ? split(s, false) : MPI_COMM_NULL;
+    MPI_Comm pc = split(s, true, ctx);
+    MPI_Comm rc = (s.flags() & F_REPL) ? split(s, false, ctx) : MPI_COMM_NULL;
     if (reduce && (s.flags() & F_REPL) && s.rcolor(me) >= 0) {
         typename Mem::template Buffer<T> red(s.rkey(me) == 0 ? n : 0);
         check(MPI_Reduce(send, red.data(), int(n), ty, mpi_op(s.op()), 0, rc), "Reduce");
@@ -591,19 +629,11 @@ struct Redist {
     }
 };
 
-/// Sub-communicator of a redistribution's groups (cached; every rank of the world calls it).
-inline MPI_Comm group_comm(const Redist& r) {
-    static std::map<std::vector<int64_t>, MPI_Comm> cache;
+/// Sub-communicator of a redistribution's groups (every rank calls it).
+inline MPI_Comm group_comm(const Redist& r, Context& ctx) {
     std::vector<int64_t> sig{3};
     for (int64_t q = 0; q < r.nranks(); ++q) { sig.push_back(r.color(q)); sig.push_back(r.key(q)); }
-    auto it = cache.find(sig);
-    if (it != cache.end()) return it->second;
-    int me;
-    MPI_Comm_rank(world(), &me);
-    MPI_Comm c;
-    MPI_Comm_split(world(), r.color(me) < 0 ? MPI_UNDEFINED : int(r.color(me)), int(r.key(me)), &c);
-    cache[sig] = c;
-    return c;
+    return ctx.sub(sig, r.color(ctx.rank), r.key(ctx.rank));
 }
 
 inline std::vector<int64_t> group_members(const Redist& r, int64_t color) {
@@ -648,7 +678,8 @@ inline MPI_Datatype box_type(const Redist& r, const std::vector<const int64_t*>&
 }
 
 template <typename T, typename Mem>
-void redist(const Redist& r, const T* src, T* dst, int me) {
+void redist(const Redist& r, const T* src, T* dst, Context& ctx) {
+    const int me = ctx.rank;
     const int64_t nd = r.nd();
     MPI_Datatype ty = mpi_type(r.dtype());
     const int64_t mode = r.mode();
@@ -683,7 +714,7 @@ void redist(const Redist& r, const T* src, T* dst, int me) {
             if (!sendb[p].empty()) { st[p] = box_type(r, sendb[p], r.sshape(), r.sorigin(me), ty); sc[p] = 1; }
             if (!recvb[p].empty()) { rt[p] = box_type(r, recvb[p], r.dshape(), r.dorigin(me), ty); rc[p] = 1; }
         }
-        check(MPI_Alltoallw(src, sc.data(), sd.data(), st.data(), dst, rc.data(), rd.data(), rt.data(), world()),
+        check(MPI_Alltoallw(src, sc.data(), sd.data(), st.data(), dst, rc.data(), rd.data(), rt.data(), ctx.comm),
               "Alltoallw");
         for (int p = 0; p < P; ++p) {
             if (sc[p]) MPI_Type_free(&st[p]);
@@ -706,13 +737,13 @@ void redist(const Redist& r, const T* src, T* dst, int me) {
             if (recvb[p].empty()) continue;
             types.push_back(box_type(r, recvb[p], r.dshape(), r.dorigin(me), ty));
             reqs.emplace_back();
-            check(MPI_Irecv(dst, 1, types.back(), p, tag, world(), &reqs.back()), "Irecv");
+            check(MPI_Irecv(dst, 1, types.back(), p, tag, ctx.comm, &reqs.back()), "Irecv");
         }
         for (int p = 0; p < P; ++p) {
             if (sendb[p].empty()) continue;
             types.push_back(box_type(r, sendb[p], r.sshape(), r.sorigin(me), ty));
             reqs.emplace_back();
-            check(MPI_Isend(const_cast<T*>(src), 1, types.back(), p, tag, world(), &reqs.back()), "Isend");
+            check(MPI_Isend(const_cast<T*>(src), 1, types.back(), p, tag, ctx.comm, &reqs.back()), "Isend");
         }
         if (!reqs.empty())
             check(MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "Waitall");
@@ -738,7 +769,7 @@ void redist(const Redist& r, const T* src, T* dst, int me) {
                 pos += r.volume(b);
             }
         }
-        check(MPI_Alltoallv(sbuf.data(), sc.data(), sd.data(), ty, rbuf.data(), rc.data(), rd.data(), ty, world()),
+        check(MPI_Alltoallv(sbuf.data(), sc.data(), sd.data(), ty, rbuf.data(), rc.data(), rd.data(), ty, ctx.comm),
               "Alltoallv");
         const int64_t* need = r.dblock(me);
         if (r.volume(need) > 0) {
@@ -756,7 +787,7 @@ void redist(const Redist& r, const T* src, T* dst, int me) {
         return;
     }
     // Group collectives: the sub-communicator is split collectively by every rank.
-    MPI_Comm gc = group_comm(r);
+    MPI_Comm gc = group_comm(r, ctx);
     if (r.color(me) < 0) return;
     auto mem = group_members(r, r.color(me));
     const int64_t* S = r.sblock(me);
@@ -818,20 +849,22 @@ void fill(const Step& s, T* local, int me) {
 }
 
 /// Runs step ``index`` of ``plan`` (``plan[0]`` steps, ``plan[1 + i]`` the offset of step i) on
-/// local buffers that ``Mem`` can touch (HostMem: host memory; DeviceMem: device memory).
+/// local buffers that ``Mem`` can touch (HostMem: host memory; DeviceMem: device memory), over
+/// the caller's communicator ``comm``.
 template <typename T, typename Mem = HostMem>
-void run_step(const int64_t* plan, int64_t index, const T* src, T* dst) {
+void run_step(const int64_t* plan, int64_t index, const T* src, T* dst, MPI_Comm comm) {
     Step s{plan + plan[1 + index]};
-    int me;
-    MPI_Comm_rank(world(), &me);
-    if (me >= s.nranks()) throw std::runtime_error("distsdfg: the plan was made for fewer ranks");
+    Context& ctx = context(comm);
+    if (ctx.size != s.nranks())
+        throw std::runtime_error("distsdfg: the plan was made for " + std::to_string(s.nranks()) +
+                                 " ranks but the communicator has " + std::to_string(ctx.size));
     Mem::begin();
     switch (s.kind()) {
-        case SCATTER: scatter<T, Mem>(s, src, dst, me); break;
-        case GATHER: gather<T, Mem>(s, src, dst, me, false); break;
-        case REDUCE: gather<T, Mem>(s, src, dst, me, true); break;
-        case FILL: fill<T, Mem>(s, dst, me); break;
-        case REDIST: redist<T, Mem>(Redist{s.t}, src, dst, me); break;
+        case SCATTER: scatter<T, Mem>(s, src, dst, ctx); break;
+        case GATHER: gather<T, Mem>(s, src, dst, ctx, false); break;
+        case REDUCE: gather<T, Mem>(s, src, dst, ctx, true); break;
+        case FILL: fill<T, Mem>(s, dst, ctx.rank); break;
+        case REDIST: redist<T, Mem>(Redist{s.t}, src, dst, ctx); break;
         default: throw std::runtime_error("distsdfg: unknown step kind");
     }
     Mem::end();

@@ -1,0 +1,135 @@
+"""Programs compiled for sub-communicators (``distsdfg.compile(sdfg, comm=...)``, issue 21).
+
+One mpiexec of 4 ranks (``distsdfg/testing/comm_run.py``): two splits of the world run different
+programs on their halves at the same time, each checked against NumPy on its own root; the
+bytes every rank sends and receives (PMPI counter) match comm_report's for the communicator's
+size; a communicator smaller than the schedule is refused. The unit tests below need no MPI run.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import distsdfg
+from distsdfg.launch import mpiexec_argv
+from distsdfg.lowering import COMM_ARG
+from distsdfg.mpi import DistributedMemlet
+from distsdfg.testing.programs import get
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_every_step_reads_the_communicator_argument():
+    sdfg = get("matmul").sdfg()
+    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"gemm_map": (2, 1, 1)}))
+    assert COMM_ARG in sdfg.arglist() and not sdfg.arrays[COMM_ARG].transient
+    steps = [(n, s) for s in sdfg.states() for n in s.nodes() if isinstance(n, DistributedMemlet)]
+    assert steps
+    for n, state in steps:
+        (edge,) = [e for e in state.in_edges(n) if e.dst_conn == "_comm"]
+        assert edge.data.data == COMM_ARG
+    code = "\n".join(obj.clean_code for obj in dc_code(sdfg))
+    assert "MPI_COMM_WORLD" not in code and code.count("MPI_Comm_f2c(_comm)") == len(steps)
+
+
+def dc_code(sdfg):
+    import copy
+
+    from dace.codegen import codegen
+    return codegen.generate_code(copy.deepcopy(sdfg))
+
+
+def test_the_runtime_header_never_names_the_world():
+    from distsdfg.mpi.environment import INCLUDE_DIR
+    for name in os.listdir(INCLUDE_DIR):
+        with open(os.path.join(INCLUDE_DIR, name)) as f:
+            assert "MPI_COMM_WORLD" not in f.read(), name
+
+
+def test_saving_blocks_needs_the_programs_communicator(tmp_path):
+    from mpi4py import MPI
+
+    from distsdfg.errors import PlacementError
+    sdfg = get("affine").sdfg()
+    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"*": (2, 1)}), placement="distributed")
+    lay = distsdfg.layout(sdfg, "A", nprocs=2, N=8)
+    with pytest.raises(PlacementError, match="layout is for 2 ranks but the communicator has 1"):
+        lay.save(str(tmp_path / "A.npy"), lay.empty(0), 0, comm=MPI.COMM_SELF)
+
+
+def test_builders_of_one_folder_take_turns(tmp_path):
+    """Two communicators may compile the same program at once: the build folder's lock is exclusive
+    for builders (flock: two opens conflict even in one process) and shared among loaders."""
+    import threading
+
+    from distsdfg.runtime import build_lock
+    folder = str(tmp_path / ".dacecache" / "prog")
+    for held, wanted, waits in ((True, True, True), (False, False, False), (False, True, True)):
+        acquired = threading.Event()
+
+        def second():
+            with build_lock(folder, exclusive=wanted):
+                acquired.set()
+        t = threading.Thread(target=second)
+        with build_lock(folder, exclusive=held):
+            t.start()
+            while_held = acquired.wait(0.5 if waits else 60)
+        t.join(60)
+        assert acquired.is_set() and while_held == (not waits), (held, wanted)
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("comm")
+    out = tmp / "comm.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    argv = mpiexec_argv(4, ["-m", "distsdfg.testing.comm_run", str(out)], timeout=1200)
+    try:
+        sys.path.insert(0, ROOT)
+        from benchmarks import pmpi
+        lib = str(pmpi.build(tmp))
+        i = argv.index("-n")
+        argv[i:i] = ["-genv", "LD_PRELOAD", lib]
+    except Exception:       # no mpicc: results without byte counts
+        lib = None
+    proc = subprocess.run(argv, env=env, cwd=str(tmp), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"counted": lib is not None, "all": json.loads(out.read_text())}
+
+
+def _of(records, phase):
+    return [r for r in records["all"] if r["phase"] == phase]
+
+
+def test_no_step_failed(records):
+    failed = [r for r in records["all"] if "error" in r]
+    assert not failed, failed[0].get("trace", failed[0]["error"])
+
+
+@pytest.mark.parametrize("phase,runs", [
+    ("split A", {"matmul": [0, 1], "mlp": [2, 3]}),
+    ("split B", {"matmul": [2, 0], "mlp": [3, 1]}),
+    ("split A again", {"matmul": [0, 1], "mlp": [2, 3]}),
+])
+def test_each_communicator_computes_its_program(records, phase, runs):
+    got = sorted((r["program"], r["members"]) for r in _of(records, phase))
+    assert got == sorted(runs.items())
+    for r in _of(records, phase):
+        assert r["dtype"] == "float64" and r["rel_err"] <= 1e-10, r
+
+
+def test_bytes_per_rank_match_comm_report(records):
+    if not records["counted"]:
+        pytest.skip("no PMPI byte counter (needs mpicc)")
+    for r in records["all"]:
+        if "measured" in r:
+            assert r["measured"] == r["expected"], r
+            assert sum(r["measured"]["sent"]) > 0 and r["control_calls"] > 0
+
+
+def test_a_smaller_communicator_is_refused(records):
+    (r,) = _of(records, "size")
+    assert r["refused"] and "needs 2 ranks but the communicator has 1" in r["refused"]

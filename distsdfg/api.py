@@ -5,7 +5,8 @@ from typing import Optional, Union
 
 from dace.sdfg import SDFG
 
-from .errors import DistributedLoweringError
+from .checks import require_sdfg
+from .errors import GridShapeError, InputError, OptionError, ScheduleError, SizeError
 from .kernels import MapInfo, maps
 from .lowering import lower_sdfg
 from .planner import auto_schedule, explain, schedule_cost
@@ -30,6 +31,11 @@ def schedule_by_label(sdfg: SDFG, grids: dict, *, fuzzy: bool = False) -> dict:
     infos = maps(sdfg)
     out = {}
     for name, grid in grids.items():
+        try:
+            grid = tuple(grid)
+        except TypeError:
+            raise GridShapeError(f"`{name}`: grid {grid!r} is not a sequence of integers; give one per map "
+                                 f"parameter, e.g. (2, 1)") from None
         if name == "*":
             continue
         hits = ([m for m in infos if m.key == name] or [m for m in infos if m.label == name]
@@ -46,13 +52,14 @@ def schedule_by_label(sdfg: SDFG, grids: dict, *, fuzzy: bool = False) -> dict:
 
 
 def main_maps(sdfg: SDFG):
-    """Per kernel its main map: a map kernel's map, a library node's map with the most iterations."""
+    """Per kernel its main map: a map kernel's map, a library node's map with the most iterations
+    (kernels that depend on a loop variable, which cannot be split, left out)."""
     from .kernels import find_kernels
     from .tiling import rough_work
 
     def work(m):
         return len(m.info.params), rough_work(m.info.ranges)
-    return [max(k.maps, key=work).info for k in find_kernels(sdfg) if k.maps]
+    return [max(k.maps, key=work).info for k in find_kernels(sdfg) if k.maps and not k.runtime_symbols]
 
 
 def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[int] = None,
@@ -69,19 +76,20 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
     pinned host buffers, or, with ``cuda_aware_mpi=True``, MPI gets the device buffers directly
     (needs an MPI built with CUDA support; checked before every call).
     """
-    if isinstance(schedule, str):
-        from .placement import boundary_pricing
-        plan_options = {"inputs": boundary_pricing(placement), **(plan_options or {})}
-    if isinstance(schedule, str):
-        if schedule != "auto":
-            raise DistributedLoweringError(f"schedule must be a Schedule, a dict or 'auto', got {schedule!r}")
-        if nprocs is None:
-            raise DistributedLoweringError("lower(sdfg, 'auto') needs nprocs=P, the number of ranks to plan for")
-        schedule = auto_schedule(sdfg, nprocs, **(plan_options or {}))
+    require_sdfg(sdfg, "distsdfg.lower")
     if target not in ("cpu", "gpu"):
-        raise DistributedLoweringError(f"target {target!r} is not supported; use 'cpu' or 'gpu'")
+        raise OptionError(f"target {target!r} is not supported; use 'cpu' or 'gpu'")
     if cuda_aware_mpi and target != "gpu":
-        raise DistributedLoweringError("cuda_aware_mpi=True hands GPU buffers to MPI: it needs target='gpu'")
+        raise OptionError("cuda_aware_mpi=True hands GPU buffers to MPI: it needs target='gpu'")
+    if isinstance(schedule, str):
+        from .placement import boundary_pricing, placed_arrays
+        placed_arrays(sdfg, placement)          # a wrong placement is refused before planning
+        plan_options = {"inputs": boundary_pricing(placement), **(plan_options or {})}
+        if schedule != "auto":
+            raise ScheduleError(f"schedule must be a Schedule, a dict or 'auto', got {schedule!r}")
+        if nprocs is None:
+            raise SizeError("lower(sdfg, 'auto') needs nprocs=P, the number of ranks to plan for")
+        schedule = auto_schedule(sdfg, nprocs, **plan_options)
     return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement,
                       comm="device" if cuda_aware_mpi else "host")
 
@@ -92,6 +100,10 @@ def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=
     ``placement`` (see ``lower``) other than the one ``sdfg`` was lowered with lowers a copy of
     the original program with the same schedule first; the program's ``.sdfg`` is that copy.
     """
+    require_sdfg(sdfg, "distsdfg.compile")
+    if comm is not None and not all(hasattr(comm, a) for a in ("rank", "size", "bcast")):
+        raise InputError(f"compile(comm=...) takes an mpi4py communicator (e.g. MPI.COMM_WORLD), got "
+                         f"{type(comm).__name__}")
     if placement is not None:
         from . import dace_compat as dc
         from .placement import placed_arrays

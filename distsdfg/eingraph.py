@@ -16,7 +16,7 @@ from dace.sdfg import SDFG
 
 from . import dace_compat as dc
 from .constraints import _dim_params
-from .errors import DistributedLoweringError
+from .errors import SizeError
 from .kernels import find_kernels
 from .plan import evaluate
 from .tiling import iterations, rough_work
@@ -108,8 +108,9 @@ class EinGraph:
 
 
 def _values(sdfg: SDFG, sizes: Dict[str, int]) -> Dict[str, int]:
+    from .checks import check_sizes
     vals = {k: int(v) for k, v in sdfg.constants.items() if np.isscalar(v) and float(v) == int(v)}
-    vals.update({k: int(v) for k, v in sizes.items()})
+    vals.update({k: int(v) for k, v in check_sizes(sdfg, sizes, "planning").items()})
     return vals
 
 
@@ -120,7 +121,7 @@ def _concrete(expr, values, what: str) -> int:
         import re
         m = re.search(r"symbol (\w+)", str(exc.args[0]))
         name = m.group(1) if m else str(exc.args[0])
-        raise DistributedLoweringError(
+        raise SizeError(
             f"planning needs concrete sizes: {what} depends on `{name}`; pass it, e.g. "
             f"auto_schedule(sdfg, nprocs, {name}=1024)") from None
 
@@ -153,7 +154,8 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
     trips = _trips(sdfg, values)
     views = dc.reshape_views(sdfg)
     root = lambda a: views.get(a, a)  # noqa: E731
-    kernels = [k for k in find_kernels(sdfg) if k.kind != "opaque"]
+    # Kernels that depend on loop variables run whole on rank 0: nothing to choose for them.
+    kernels = [k for k in find_kernels(sdfg) if k.kind != "opaque" and not k.runtime_symbols]
     order = {}
     segments, _ = dc.program_segments(sdfg)
     pos = 0

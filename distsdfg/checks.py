@@ -6,9 +6,9 @@ from typing import Dict, Mapping
 
 from dace.sdfg import SDFG
 
-from .errors import NotAnSDFGError, SizeError
+from .errors import NotAnSDFGError, SizeError, TorchFrontendError
 
-__all__ = ["require_sdfg", "positive_int", "check_sizes"]
+__all__ = ["require_sdfg", "positive_int", "check_sizes", "require_module", "example_tensors"]
 
 
 def require_sdfg(obj, what: str) -> None:
@@ -55,3 +55,29 @@ def check_sizes(sdfg: SDFG, sizes: Mapping[str, object], what: str) -> Dict[str,
             raise SizeError(f"{what}: `{name}` is not a size symbol of `{sdfg.name}` "
                             f"(its symbols: {', '.join(map(str, known)) or 'none'}); check the spelling")
     return out
+
+
+def require_module(module, what: str) -> None:
+    """Refuse anything but a ``torch.nn.Module``."""
+    import torch
+    if not isinstance(module, torch.nn.Module):
+        raise TorchFrontendError(f"{what} takes a torch.nn.Module, got {type(module).__name__}; wrap a function "
+                                 f"in a Module whose forward calls it")
+
+
+def example_tensors(value, what: str) -> tuple:
+    """A tensor, an array or a sequence of them as a tuple of tensors (arrays converted)."""
+    import numpy as np
+    import torch
+    items = (value,) if isinstance(value, (torch.Tensor, np.ndarray)) else value
+    if not isinstance(items, (tuple, list)):
+        raise TorchFrontendError(f"{what} must be a tensor or a tuple of tensors, got {type(value).__name__}")
+    out = []
+    for k, v in enumerate(items):
+        if isinstance(v, np.ndarray):
+            v = torch.from_numpy(np.ascontiguousarray(v))
+        if not isinstance(v, torch.Tensor):
+            raise TorchFrontendError(f"{what}[{k}] is a {type(v).__name__}; only tensors (or NumPy arrays) are "
+                                     f"supported as inputs")
+        out.append(v)
+    return tuple(out)

@@ -15,6 +15,7 @@ __all__ = [
     "CommandLineError",
     "OptionError",
     "LoweredStateError",
+    "TorchFrontendError",
 ]
 
 
@@ -73,3 +74,7 @@ class OptionError(DistributedLoweringError):
 
 class LoweredStateError(DistributedLoweringError):
     """An SDFG is used before ``lower`` (compile, comm_report, layout) or lowered a second time."""
+
+
+class TorchFrontendError(DistributedLoweringError):
+    """A module, optimizer or input the PyTorch frontend cannot translate as given."""

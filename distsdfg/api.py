@@ -6,8 +6,9 @@ from typing import Optional, Union
 
 from dace.sdfg import SDFG
 
+from .checks import require_sdfg
 from .deferred import Deferred, DeferredProgram, defer
-from .errors import DistributedLoweringError, SymbolicSizeError
+from .errors import GridShapeError, InputError, OptionError, ScheduleError, SizeError, SymbolicSizeError
 from .kernels import MapInfo, maps
 from .lowering import lower_sdfg
 from .planner import auto_schedule, explain, schedule_cost
@@ -32,6 +33,11 @@ def schedule_by_label(sdfg: SDFG, grids: dict, *, fuzzy: bool = False) -> dict:
     infos = maps(sdfg)
     out = {}
     for name, grid in grids.items():
+        try:
+            grid = tuple(grid)
+        except TypeError:
+            raise GridShapeError(f"`{name}`: grid {grid!r} is not a sequence of integers; give one per map "
+                                 f"parameter, e.g. (2, 1)") from None
         if name == "*":
             continue
         hits = ([m for m in infos if m.key == name] or [m for m in infos if m.label == name]
@@ -48,13 +54,14 @@ def schedule_by_label(sdfg: SDFG, grids: dict, *, fuzzy: bool = False) -> dict:
 
 
 def main_maps(sdfg: SDFG):
-    """Per kernel its main map: a map kernel's map, a library node's map with the most iterations."""
+    """Per kernel its main map: a map kernel's map, a library node's map with the most iterations
+    (kernels that depend on a loop variable, which cannot be split, left out)."""
     from .kernels import find_kernels
     from .tiling import rough_work
 
     def work(m):
         return len(m.info.params), rough_work(m.info.ranges)
-    return [max(k.maps, key=work).info for k in find_kernels(sdfg) if k.maps]
+    return [max(k.maps, key=work).info for k in find_kernels(sdfg) if k.maps and not k.runtime_symbols]
 
 
 def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[int] = None,
@@ -79,17 +86,19 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
     ``optimize=False`` (or ``DISTSDFG_OPTIMIZE=0``) leaves each rank's kernels as the program
     wrote them, one map per operation (``distsdfg.optimize``; for debugging).
     """
+    require_sdfg(sdfg, "distsdfg.lower")
     if target not in ("cpu", "gpu"):
-        raise DistributedLoweringError(f"target {target!r} is not supported; use 'cpu' or 'gpu'")
+        raise OptionError(f"target {target!r} is not supported; use 'cpu' or 'gpu'")
     if cuda_aware_mpi and target != "gpu":
-        raise DistributedLoweringError("cuda_aware_mpi=True hands GPU buffers to MPI: it needs target='gpu'")
+        raise OptionError("cuda_aware_mpi=True hands GPU buffers to MPI: it needs target='gpu'")
     comm = "device" if cuda_aware_mpi else "host"
     if isinstance(schedule, str):
+        from .placement import boundary_pricing, placed_arrays
+        placed_arrays(sdfg, placement)          # a wrong placement is refused before planning
         if schedule != "auto":
-            raise DistributedLoweringError(f"schedule must be a Schedule, a dict or 'auto', got {schedule!r}")
+            raise ScheduleError(f"schedule must be a Schedule, a dict or 'auto', got {schedule!r}")
         if nprocs is None:
-            raise DistributedLoweringError("lower(sdfg, 'auto') needs nprocs=P, the number of ranks to plan for")
-        from .placement import boundary_pricing
+            raise SizeError("lower(sdfg, 'auto') needs nprocs=P, the number of ranks to plan for")
         try:
             schedule = auto_schedule(sdfg, nprocs, **{"inputs": boundary_pricing(placement), **(plan_options or {})})
         except SymbolicSizeError as exc:     # plan at the first call, when the sizes are known
@@ -107,6 +116,10 @@ def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=
     A program that ``lower(sdfg, "auto")`` left to plan at its first call compiles nothing
     here: its first call with new sizes plans, lowers and compiles (``DeferredProgram``).
     """
+    require_sdfg(sdfg, "distsdfg.compile")
+    if comm is not None and not all(hasattr(comm, a) for a in ("rank", "size", "bcast")):
+        raise InputError(f"compile(comm=...) takes an mpi4py communicator (e.g. MPI.COMM_WORLD), got "
+                         f"{type(comm).__name__}")
     low = getattr(sdfg, "_distsdfg", None)
     if isinstance(low, Deferred):
         if placement is not None and placement != low.placement:

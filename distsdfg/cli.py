@@ -11,7 +11,15 @@ __all__ = ["main"]
 
 
 def _sizes(items):
-    return {k: int(v) for k, _, v in (i.partition("=") for i in items or [])}
+    from distsdfg.errors import CommandLineError
+    out = {}
+    for item in items or []:
+        k, _, v = item.partition("=")
+        try:
+            out[k] = int(v)
+        except ValueError:
+            raise CommandLineError(f"--sizes item {item!r} is not NAME=INTEGER (e.g. N=1024)") from None
+    return out
 
 
 def _lowered(args, nprocs_required=False):
@@ -22,7 +30,8 @@ def _lowered(args, nprocs_required=False):
     sizes = _sizes(args.sizes)
     if getattr(args, "auto", False) or (args.schedule and list(args.schedule) == ["auto"]):
         if args.n is None:
-            raise SystemExit("planning a schedule needs -n P (the number of ranks to plan for)")
+            from distsdfg.errors import CommandLineError
+            raise CommandLineError("planning a schedule needs -n P (the number of ranks to plan for)")
         from distsdfg.placement import boundary_pricing
         sched = distsdfg.auto_schedule(sdfg, args.n, cost_model=getattr(args, "model", "bytes"),
                                        searcher=getattr(args, "searcher", "dp"),
@@ -94,7 +103,8 @@ def cmd_explain(args):
     sdfg = prog.to_sdfg()
     sched = parse_schedule(args.schedule, sdfg) if args.schedule else None
     if sched is None and args.n is None:
-        raise SystemExit("distsdfg explain needs --schedule or -n P (to plan one)")
+        from distsdfg.errors import CommandLineError
+        raise CommandLineError("distsdfg explain needs --schedule or -n P (to plan one)")
     from distsdfg.placement import boundary_pricing
     print(distsdfg.explain(sdfg, sched, nprocs=args.n, cost_model=args.model, alternatives=args.alternatives,
                            inputs=boundary_pricing(args.placement), **_sizes(args.sizes)))
@@ -266,7 +276,14 @@ def main(argv=None):
     p.set_defaults(fn=cmd_launch)
 
     args = ap.parse_args(argv)
-    args.fn(args)
+    from distsdfg.errors import DistributedLoweringError
+    try:
+        args.fn(args)
+    except DistributedLoweringError as exc:     # bad input: the message says what to change
+        if os.environ.get("DISTSDFG_VERBOSE"):
+            raise
+        print(f"distsdfg {args.cmd}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

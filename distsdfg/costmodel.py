@@ -550,7 +550,8 @@ def get_model(model, *, inputs: str = "root", memory_limit: Optional[int] = None
             return AlphaBetaModel.from_file(base=base)
         except OSError:
             return AlphaBetaModel(base=base)
-    raise ValueError(f"unknown cost model {model!r}: use 'bytes', 'paper', 'alpha-beta' or a CostModel")
+    from .errors import OptionError
+    raise OptionError(f"unknown cost model {model!r}: use 'bytes', 'paper', 'alpha-beta' or a CostModel")
 
 
 def calibrate_main(path: Optional[str] = None) -> None:

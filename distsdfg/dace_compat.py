@@ -224,6 +224,19 @@ def ensure_mpi_on_path() -> None:
         os.environ["PATH"] = b + os.pathsep + os.environ.get("PATH", "")
 
 
+def runtime_defined_symbols(sdfg: SDFG) -> set:
+    """Symbols the program assigns while it runs: interstate assignments (for-loop variables
+    among them) and the loop variables of loop regions."""
+    out = {str(k) for e in sdfg.all_interstate_edges() for k in e.data.assignments}
+    regions = getattr(sdfg, "all_control_flow_regions", None)
+    if regions is not None:
+        for r in regions():
+            var = getattr(r, "loop_variable", None)
+            if var:
+                out.add(str(var))
+    return out
+
+
 def program_segments(sdfg: SDFG) -> Tuple[List[List[SDFGState]], bool]:
     """States in program order, cut where control flow is not a straight line.
 

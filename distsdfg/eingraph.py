@@ -109,8 +109,9 @@ class EinGraph:
 
 
 def _values(sdfg: SDFG, sizes: Dict[str, int]) -> Dict[str, int]:
+    from .checks import check_sizes
     vals = {k: int(v) for k, v in sdfg.constants.items() if np.isscalar(v) and float(v) == int(v)}
-    vals.update({k: int(v) for k, v in sizes.items()})
+    vals.update({k: int(v) for k, v in check_sizes(sdfg, sizes, "planning").items()})
     return vals
 
 
@@ -153,7 +154,8 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
     trips = _trips(sdfg, values)
     views = dc.reshape_views(sdfg)
     root = lambda a: views.get(a, a)  # noqa: E731
-    kernels = [k for k in find_kernels(sdfg) if k.kind != "opaque"]
+    # Kernels that depend on loop variables run whole on rank 0: nothing to choose for them.
+    kernels = [k for k in find_kernels(sdfg) if k.kind != "opaque" and not k.runtime_symbols]
     order = {}
     segments, _ = dc.program_segments(sdfg)
     pos = 0

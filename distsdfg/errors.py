@@ -10,6 +10,13 @@ __all__ = [
     "CommunicatorSizeError",
     "InputError",
     "PlacementError",
+    "SizeError",
+    "LoopDependentMapError",
+    "NotAnSDFGError",
+    "CommandLineError",
+    "OptionError",
+    "LoweredStateError",
+    "TorchFrontendError",
     "SymbolicSizeError",
 ]
 
@@ -43,14 +50,43 @@ class CommunicatorSizeError(DistributedLoweringError):
 
 
 class InputError(DistributedLoweringError):
-    """The arguments given to a compiled distributed program are wrong."""
+    """The arguments given to a compiled distributed program (or to ``compile``) are wrong."""
 
 
 class PlacementError(DistributedLoweringError):
     """A placement names an array that cannot live distributed at the program's boundary."""
 
 
-class SymbolicSizeError(DistributedLoweringError):
+class SizeError(DistributedLoweringError):
+    """A size symbol (or a rank count) is missing, not an integer, or not positive."""
+
+
+class LoopDependentMapError(UnsupportedProgramError):
+    """A map's iteration range or accesses depend on a symbol the program sets while it runs (a loop
+    variable): its blocks cannot be planned before the call, so it can only run whole on rank 0."""
+
+
+class NotAnSDFGError(DistributedLoweringError):
+    """A function that takes an SDFG (or a compiled program) was given something else."""
+
+
+class CommandLineError(DistributedLoweringError):
+    """The ``distsdfg`` command was given a file, function, schedule or size it cannot use."""
+
+
+class OptionError(DistributedLoweringError):
+    """An option (target, cuda_aware_mpi, cost model, searcher, ...) has a value it does not take."""
+
+
+class LoweredStateError(DistributedLoweringError):
+    """An SDFG is used before ``lower`` (compile, comm_report, layout) or lowered a second time."""
+
+
+class TorchFrontendError(DistributedLoweringError):
+    """A module, optimizer or input the PyTorch frontend cannot translate as given."""
+
+
+class SymbolicSizeError(SizeError):
     """Planning or a report needs a concrete value for a size symbol that was not given."""
 
     def __init__(self, message: str, symbol: str = "", what: str = ""):

@@ -9,6 +9,7 @@ from dace import subsets
 from dace.sdfg import SDFG, SDFGState, nodes
 
 from . import dace_compat as dc
+from .checks import require_sdfg
 
 __all__ = ["MapInfo", "AnalysedMap", "Kernel", "find_kernels", "maps", "KEPT_LIBRARY_NODES"]
 
@@ -54,6 +55,10 @@ class Kernel:
     node: nodes.Node
     maps: List[AnalysedMap]
     reason: str = ""                # why an opaque kernel cannot be distributed
+    # Symbols the program sets while it runs (loop variables, interstate assignments) that the
+    # kernel's ranges or accesses depend on: its blocks are unknown before the call, so it runs
+    # whole on rank 0 (lowering refuses a grid that splits it).
+    runtime_symbols: Tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -111,6 +116,7 @@ def find_kernels(sdfg: SDFG) -> List[Kernel]:
     accumulations_to_wcr(sdfg)
     kernels: List[Kernel] = []
     keys = _Keys()
+    defined = dc.runtime_defined_symbols(sdfg)
     for state in dc.all_states(sdfg):
         for node in dc.top_level_nodes(state):
             if isinstance(node, nodes.MapEntry):
@@ -118,7 +124,26 @@ def find_kernels(sdfg: SDFG) -> List[Kernel]:
                 kernels.append(Kernel(len(kernels), "map", state, node, [_analyse_map(state, node, k, sdfg.arrays)]))
             elif isinstance(node, nodes.LibraryNode):
                 kernels.append(_library_kernel(sdfg, state, node, len(kernels), keys))
+            else:
+                continue
+            if defined:
+                kernels[-1].runtime_symbols = _runtime_symbols(kernels[-1], defined)
     return kernels
+
+
+def _runtime_symbols(k: Kernel, defined: set) -> Tuple[str, ...]:
+    """The symbols of ``defined`` that ``k``'s iteration ranges or data accesses depend on."""
+    used = set()
+    memlets = [e.data for e in k.state.in_edges(k.node)]
+    out_node = k.state.exit_node(k.node) if isinstance(k.node, nodes.MapEntry) else k.node
+    memlets += [e.data for e in k.state.out_edges(out_node)]
+    for m in k.maps:
+        used |= {str(s) for s in m.info.ranges.free_symbols}
+        memlets += [x for a in m.accesses.values() for x in a.reads + a.writes]
+    for x in memlets:
+        if not x.is_empty() and x.subset is not None:
+            used |= {str(s) for s in x.subset.free_symbols}
+    return tuple(sorted(used & defined))
 
 
 def _library_kernel(sdfg, state, node, index, keys) -> Kernel:
@@ -142,4 +167,5 @@ def _library_kernel(sdfg, state, node, index, keys) -> Kernel:
 
 def maps(sdfg: SDFG) -> List[MapInfo]:
     """Every schedulable map of ``sdfg``, as ``lower()`` sees them."""
+    require_sdfg(sdfg, "distsdfg.maps")
     return [m.info for k in find_kernels(sdfg) for m in k.maps]

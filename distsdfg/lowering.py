@@ -12,8 +12,9 @@ from dace import subsets
 from dace.sdfg import SDFG, SDFGState, nodes
 
 from . import dace_compat as dc
+from .checks import require_sdfg
 from .constraints import ArrayConstraint, KernelPlan, kernel_constraints
-from .errors import DistributedLoweringError, ScheduleError, UnsupportedProgramError
+from .errors import DistributedLoweringError, LoweredStateError, ScheduleError, UnsupportedProgramError
 from .kernels import find_kernels
 from .mpi import DistributedMemlet
 from .plan import Layout, StepSpec
@@ -527,6 +528,21 @@ def _schedule_hash(sdfg_name: str, schedule: Schedule, target: str, placed=()) -
     return h[:10]
 
 
+def _refuse_split(k, grids) -> None:
+    """A kernel whose blocks depend on a loop variable cannot be split: say which map and why."""
+    from .errors import LoopDependentMapError
+    for m in k.maps:
+        grid = grids.get(m.info.key)
+        if grid is not None and any(g > 1 for g in grid):
+            syms = ", ".join(f"`{s}`" for s in k.runtime_symbols)
+            raise LoopDependentMapError(
+                f"map `{m.info.key}` (range {m.info.ranges}) depends on {syms}, which the program sets while it "
+                f"runs (a loop variable or an interstate assignment), so its blocks cannot be planned before the "
+                f"call; leave `{m.info.key}` out of the schedule (or give it a grid of ones) and it runs whole on "
+                f"rank 0; or, if the iterations of the loop over `{k.runtime_symbols[0]}` are independent, write that loop as "
+                f"a dace.map so that it can be split")
+
+
 def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host",
                optimize: Optional[bool] = None) -> SDFG:
     """``comm``: where communication steps find their local buffers (``Lowered.comm``): "host",
@@ -537,8 +553,9 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     if (comm, target) not in (("host", "cpu"), ("host", "gpu"), ("device", "gpu"), ("emulated", "cpu")):
         raise DistributedLoweringError(f"comm={comm!r} does not go with target={target!r}: device buffers need "
                                        f"target='gpu', the emulated device path target='cpu'")
+    require_sdfg(sdfg, "distsdfg.lower")
     if getattr(sdfg, "_distsdfg", None) is not None:
-        raise DistributedLoweringError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
+        raise LoweredStateError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
                                        f"(prog.to_sdfg()) for another schedule")
     source = dc.to_json(sdfg)
     placed = placed_arrays(sdfg, placement)
@@ -550,6 +567,9 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     plans: List[KernelPlan] = []
     for k in kernels:
         if k.kind == "opaque":
+            continue
+        if k.runtime_symbols:       # runs whole on rank 0, like a node we do not distribute
+            _refuse_split(k, grids)
             continue
         plans.append(kernel_constraints(k, grids))
 

@@ -20,6 +20,7 @@ import sympy
 from dace import data as dt
 from dace.sdfg import SDFG
 
+from .checks import positive_int
 from .errors import PlacementError
 
 __all__ = ["PLACEMENTS", "placed_arrays", "boundary_pricing", "global_sizes", "ArrayLayout", "layout"]
@@ -52,6 +53,9 @@ def placed_arrays(sdfg: SDFG, placement: PlacementLike) -> Set[str]:
     """
     if placement is None:
         return set()
+    if not isinstance(placement, (str, Mapping)):
+        raise PlacementError(f"placement is {placement!r}: use 'root', 'distributed' or a dict "
+                             f"{{array: 'root' | 'distributed', '*': default}}")
     cands = _candidates(sdfg)
     if isinstance(placement, str):
         placement = {"*": placement}
@@ -236,10 +240,10 @@ def layout(sdfg, array: str, *, nprocs: Optional[int] = None, **sizes) -> ArrayL
         nprocs = nprocs or sdfg.comm.size
         # A program planned at its first call: the one for these sizes (collective when new).
         sdfg = sdfg.program_for(**sizes).sdfg if hasattr(sdfg, "program_for") else sdfg.sdfg
-    values = _values(sdfg, sizes)
+    values = _values(sdfg, sizes, "layout")
     sdfg = planned(sdfg, values, "layout")      # planned at the first call: a copy planned for these sizes
     low = lowered_of(sdfg)
-    P = nprocs or _default_nprocs(low)
+    P = positive_int(nprocs, "layout(nprocs=...)") if nprocs is not None else _default_nprocs(low)
     home = low.boundary.get(array)
     if home is not None:
         spec = next(h for h in low.homes if h.name == home)

@@ -24,7 +24,8 @@ from dace.sdfg import SDFG
 
 from .costmodel import CostModel, get_model
 from .eingraph import EinGraph, Vertex, build_graph
-from .errors import DistributedLoweringError, ScheduleError, SymbolicSizeError
+from .checks import positive_int, require_sdfg
+from .errors import DistributedLoweringError, OptionError, ScheduleError, SymbolicSizeError
 from .schedule import Schedule, as_schedule
 
 __all__ = ["viable", "auto_schedule", "schedule_cost", "explain", "search", "Plan", "sqrt_schedule",
@@ -301,7 +302,7 @@ SEARCHERS = {"dp": _dp, "greedy": _greedy, "exhaustive": _exhaustive}
 def search(g: EinGraph, nprocs: int, model: CostModel, searcher: str = "dp", *,
            allow_fewer: bool = False) -> Plan:
     if searcher not in SEARCHERS:
-        raise ValueError(f"unknown searcher {searcher!r}: use one of {sorted(SEARCHERS)}")
+        raise OptionError(f"unknown searcher {searcher!r}: use one of {sorted(SEARCHERS)}")
     cands = []
     for v in g.vertices:
         cs = [d for d in viable(v, nprocs, allow_fewer=allow_fewer) if model.fits(v, dict(zip(v.labels, d)))]
@@ -378,6 +379,14 @@ def _graph(sdfg: SDFG, sizes: dict, call: str, deferrable: bool = False) -> EinG
             f"{call}, {need or exc.symbol + '=...'}).{later}", exc.symbol, exc.what) from None
 
 
+def _checked(sdfg: SDFG, schedule) -> Schedule:
+    """``schedule`` as a Schedule whose keys and grid lengths fit ``sdfg`` (as ``lower`` checks them)."""
+    from .kernels import maps
+    sched = as_schedule(schedule)
+    sched.validate_for({m.key: len(m.params) for m in maps(sdfg)}, sdfg_name=sdfg.name)
+    return sched
+
+
 def _splits_of(g: EinGraph, schedule) -> List[Tuple[int, ...]]:
     sched = as_schedule(schedule).as_dict()
     out = []
@@ -389,6 +398,8 @@ def _splits_of(g: EinGraph, schedule) -> List[Tuple[int, ...]]:
 
 def schedule_cost(sdfg: SDFG, schedule, model="bytes", *, inputs: str = "root", **sizes) -> float:
     """The cost model's value for any schedule (hand-written or searched)."""
+    require_sdfg(sdfg, "distsdfg.schedule_cost")
+    schedule = _checked(sdfg, schedule)
     g = build_graph(sdfg, **sizes)
     return graph_cost(g, _splits_of(g, schedule), get_model(model, inputs=inputs))
 
@@ -412,8 +423,8 @@ def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="bytes", searcher: str 
     data-parallel and SQRT baselines exactly, by lowering copies of the SDFG and reading
     ``comm_report``, and returns the one that moves the fewest bytes.
     """
-    if nprocs < 1:
-        raise ScheduleError(f"nprocs must be positive, got {nprocs}")
+    require_sdfg(sdfg, "distsdfg.auto_schedule")
+    nprocs = positive_int(nprocs, "auto_schedule's nprocs")
     g = _graph(sdfg, sizes, f"auto_schedule(sdfg, {nprocs}", deferrable=True)
     model = get_model(cost_model, inputs=inputs, memory_limit=memory_limit)
     plan = search(g, nprocs, model, searcher, allow_fewer=allow_fewer)
@@ -456,6 +467,11 @@ def explain(sdfg: SDFG, schedule=None, *, nprocs: Optional[int] = None, cost_mod
             alternatives: int = 2, **sizes) -> str:
     """Per map: its grid, the predicted bytes it causes (its own and its incoming edges'), and the
     runner-up grids with what they would cost with everything else fixed."""
+    require_sdfg(sdfg, "distsdfg.explain")
+    if nprocs is not None:
+        nprocs = positive_int(nprocs, "explain's nprocs")
+    if schedule is not None:
+        schedule = _checked(sdfg, schedule)
     g = _graph(sdfg, sizes, "explain(sdfg" + (f", nprocs={nprocs}" if schedule is None and nprocs else ""))
     model = get_model(cost_model, inputs=inputs)
     if schedule is None:

@@ -5,7 +5,9 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from dace.sdfg import SDFG
 
+from .checks import check_sizes, positive_int
 from .deferred import planned
+from .errors import CommunicatorSizeError, SizeError
 from .plan import CommStep, comm_steps
 from .runtime import lowered_of, solve_plan
 
@@ -15,11 +17,36 @@ if TYPE_CHECKING:
 __all__ = ["comm_report", "comm_plans", "format_report", "bytes_per_kernel", "matmul_io_lower_bounds"]
 
 
-def _values(sdfg: SDFG, symbols) -> Dict[str, int]:
+def _values(sdfg: SDFG, symbols, what: str = "comm_report") -> Dict[str, int]:
     """The SDFG's integer constants, overridden by the given symbol values."""
     values = {k: int(v) for k, v in sdfg.constants.items() if isinstance(v, (int,)) or hasattr(v, "__int__")}
-    values.update({k: int(v) for k, v in symbols.items()})
+    values.update({k: int(v) for k, v in check_sizes(sdfg, symbols, what).items()})
     return values
+
+
+def _ranks(low, nprocs, what: str) -> int:
+    """The rank count to report for: at least the schedule's (a run on fewer ranks is refused)."""
+    if nprocs is None:
+        return low.nprocs
+    P = positive_int(nprocs, f"{what}(nprocs=...)")
+    if P < low.nprocs:
+        raise CommunicatorSizeError(f"{what}(nprocs={P}): the schedule of `{low.original_name}` needs "
+                                    f"{low.nprocs} ranks; pass nprocs={low.nprocs} or more")
+    return P
+
+
+def _solved(sdfg: SDFG, nprocs, symbols, what: str):
+    """(lowering, values, solved steps) with a missing size named instead of a KeyError; a program
+    planned at its first call is planned for these sizes."""
+    values = _values(sdfg, symbols, what)
+    low = lowered_of(planned(sdfg, values, what))
+    P = _ranks(low, nprocs, what)
+    try:
+        return low, values, solve_plan(low, values, P)
+    except KeyError as exc:
+        name = str(exc.args[0]).replace("symbol ", "").replace(" has no value", "")
+        raise SizeError(f"{what} needs the value of size symbol `{name}` of `{low.original_name}`: pass it, "
+                        f"e.g. {what}(sdfg, {name}=1024)") from None
 
 
 def comm_report(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List[CommStep]:
@@ -27,11 +54,9 @@ def comm_report(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List[
 
     A program planned at its first call (``lower(sdfg, "auto")`` without sizes) is planned for
     the sizes given here."""
-    values = _values(sdfg, symbols)
-    low = lowered_of(planned(sdfg, values, "comm_report"))
-    P = nprocs or low.nprocs
+    _, values, solved = _solved(sdfg, nprocs, symbols, "comm_report")
     out: List[CommStep] = []
-    for cs in solve_plan(low, values, P):
+    for cs in solved:
         out.extend(comm_steps(cs, values))
     return out
 
@@ -40,9 +65,8 @@ def comm_plans(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List["
     """The CommPlan of every kernel boundary where data moves from one distributed layout to
     another (grid-to-grid), in program order, for concrete sizes."""
     from .plan import ConcreteRedist
-    values = _values(sdfg, symbols)
-    low = lowered_of(planned(sdfg, values, "comm_plans"))
-    return [cs.plan for cs in solve_plan(low, values, nprocs or low.nprocs) if isinstance(cs, ConcreteRedist)]
+    _, _, solved = _solved(sdfg, nprocs, symbols, "comm_plans")
+    return [cs.plan for cs in solved if isinstance(cs, ConcreteRedist)]
 
 
 def format_report(steps: List[CommStep]) -> str:
@@ -65,10 +89,9 @@ def format_report(steps: List[CommStep]) -> str:
 
 def bytes_per_kernel(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> Dict[str, int]:
     """Bytes sent per kernel (label), the communication that kernel's inputs and outputs cause."""
-    values = _values(sdfg, symbols)
-    low = lowered_of(planned(sdfg, values, "bytes_per_kernel"))
+    low, values, solved = _solved(sdfg, nprocs, symbols, "bytes_per_kernel")
     out: Dict[str, int] = {k.label: 0 for k in low.kernels}
-    for cs in solve_plan(low, values, nprocs or low.nprocs):
+    for cs in solved:
         out[cs.spec.kernel_label] = out.get(cs.spec.kernel_label, 0) + sum(
             sum(c.total_sent) if isinstance(c.repeats, int) else sum(c.sent) for c in comm_steps(cs, values))
     return out

@@ -21,23 +21,36 @@ __all__ = ["load_program", "parse_schedule", "random_inputs", "run_program"]
 
 def load_program(spec: str):
     """``FILE.py[:FUNCTION]`` -> (the @dace.program, its module)."""
+    import dace
+
+    from .errors import CommandLineError
     path, _, func = spec.partition(":")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no program file {path!r}")
+    if not os.path.isfile(path):
+        raise CommandLineError(f"no program file {path!r}: give FILE.py[:FUNCTION], a Python file that defines a "
+                               f"@dace.program")
     modname = os.path.splitext(os.path.basename(path))[0]
     loader = importlib.util.spec_from_file_location(modname, path)
     mod = importlib.util.module_from_spec(loader)
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    loader.loader.exec_module(mod)
+    try:
+        loader.loader.exec_module(mod)
+    except Exception as exc:
+        raise CommandLineError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
+    progs = {k: v for k, v in vars(mod).items() if isinstance(v, dace.frontend.python.parser.DaceProgram)}
     if func:
         if not hasattr(mod, func):
-            raise AttributeError(f"{path} has no function {func!r}")
-        return getattr(mod, func), mod
-    import dace
-    progs = [v for v in vars(mod).values() if isinstance(v, dace.frontend.python.parser.DaceProgram)]
+            raise CommandLineError(f"{path} has no function {func!r} (its dace programs: "
+                                   f"{', '.join(sorted(progs)) or 'none'})")
+        prog = getattr(mod, func)
+        if not isinstance(prog, dace.frontend.python.parser.DaceProgram):
+            raise CommandLineError(f"{path}:{func} is a {type(prog).__name__}, not a @dace.program; decorate it "
+                                   f"with @dace.program")
+        return prog, mod
     if len(progs) != 1:
-        raise SystemExit(f"{path} defines {len(progs)} dace programs; name one as {path}:FUNCTION")
-    return progs[0], mod
+        raise CommandLineError(f"{path} defines {len(progs)} dace programs"
+                               f"{' (' + ', '.join(sorted(progs)) + ')' if progs else ''}; name one as "
+                               f"{path}:FUNCTION")
+    return next(iter(progs.values())), mod
 
 
 def parse_schedule(items: Optional[Sequence[str]], sdfg):
@@ -45,15 +58,22 @@ def parse_schedule(items: Optional[Sequence[str]], sdfg):
     import distsdfg
     if not items:
         return {}
+    from .errors import CommandLineError
     if len(items) == 1 and items[0].endswith(".json"):
+        if not os.path.isfile(items[0]):
+            raise CommandLineError(f"no schedule file {items[0]!r}")
         with open(items[0]) as f:
             return distsdfg.Schedule.from_json(f.read())
     grids = {}
     for item in items:
         name, _, grid = item.partition("=")
-        if not grid:
-            raise distsdfg.ScheduleError(f"schedule item {item!r} is not KEY=D1,D2,...")
-        grids[name] = tuple(int(x) for x in grid.split(","))
+        try:
+            if not name or not grid:
+                raise ValueError
+            grids[name] = tuple(int(x) for x in grid.split(","))
+        except ValueError:
+            raise CommandLineError(f"schedule item {item!r} is not KEY=D1,D2,... (integers, e.g. gemm_map=2,2,1), "
+                                   f"'auto' or a FILE.json") from None
     return distsdfg.schedule_by_label(sdfg, grids)
 
 

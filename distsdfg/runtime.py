@@ -43,9 +43,11 @@ def idle_bcast(comm, obj=None, root: int = 0, poll: float = 0.002):
 
 
 def lowered_of(sdfg: SDFG) -> Lowered:
+    from .checks import require_sdfg
+    require_sdfg(sdfg, "distsdfg")
     low = getattr(sdfg, "_distsdfg", None)
     if low is None:
-        raise DistributedLoweringError(f"SDFG `{sdfg.name}` has not been lowered; call distsdfg.lower(sdfg, schedule) "
+        raise errors.LoweredStateError(f"SDFG `{sdfg.name}` has not been lowered; call distsdfg.lower(sdfg, schedule) "
                                        f"first")
     if getattr(low, "deferred", False):     # distsdfg.deferred: planned at the first call
         raise low.needs_sizes()
@@ -120,7 +122,16 @@ class DistributedProgram:
     def _check_inputs(self, kwargs) -> Optional[str]:
         from dace import data as dt
         sdfg = self.sdfg
+        unknown = sorted(k for k in kwargs if k not in self._arglist and k not in sdfg.symbols)
+        if unknown:
+            names = ", ".join(k for k in self._arglist if k != PLAN_ARRAY and not k.startswith("__"))
+            return (f"{self.lowered.original_name} has no argument `{unknown[0]}` (its arguments: {names}; "
+                    f"size symbols are passed by name too)")
         for name, desc in self._arglist.items():
+            if name in kwargs and kwargs[name] is not None and not isinstance(desc, dt.Scalar) \
+                    and name not in self.lowered.boundary and not isinstance(kwargs[name], np.ndarray):
+                return (f"argument `{name}` must be a NumPy array of shape {tuple(desc.shape)}, got "
+                        f"{type(kwargs[name]).__name__}; convert it with np.asarray")
             if name in RUNTIME_ARGS or isinstance(desc, dt.Scalar) and name not in kwargs and name in sdfg.symbols:
                 continue
             if name not in kwargs:
@@ -149,6 +160,9 @@ class DistributedProgram:
             want_dt = np.dtype(desc.dtype.as_numpy_dtype())
             if arr.dtype != want_dt:
                 return f"argument `{name}` has dtype {arr.dtype} but the program expects {want_dt}; convert it with .astype"
+            if not arr.flags.c_contiguous:
+                return (f"argument `{name}` is not C-contiguous (a transposed, Fortran-ordered or strided view); "
+                        f"pass np.ascontiguousarray({name}) and copy results back if the program writes it")
         missing = [s for s in self._free_symbols if s not in values and not s.startswith("__dsdfg")]
         if missing:
             return f"size symbol(s) {', '.join(missing)} have no value: pass them as keyword arguments"
@@ -216,7 +230,14 @@ class DistributedProgram:
 
     def __call__(self, *args, **kwargs):
         if args:
-            kwargs.update(dict(zip(self.sdfg.arg_names, args)))
+            names = [n for n in self.sdfg.arg_names if n != PLAN_ARRAY]
+            if len(args) > len(names):
+                raise InputError(f"{self.lowered.original_name} takes {len(names)} positional arguments "
+                                 f"({', '.join(names)}), got {len(args)}")
+            twice = sorted(set(names[:len(args)]) & set(kwargs))
+            if twice:
+                raise InputError(f"argument `{twice[0]}` is given both by position and by name")
+            kwargs.update(dict(zip(names, args)))
         devices = {k: v for k, v in kwargs.items() if _is_cupy(v)}
         if not devices:
             return self._call(kwargs)

@@ -62,8 +62,14 @@ class Schedule:
 
     @classmethod
     def from_json(cls, text: Union[str, dict]) -> "Schedule":
-        data = json.loads(text) if isinstance(text, str) else text
+        try:
+            data = json.loads(text) if isinstance(text, str) else text
+        except json.JSONDecodeError as exc:
+            raise ScheduleError(f"a schedule in JSON is {{\"grids\": {{map key: [d1, d2, ...]}}}}; this text is "
+                                f"not JSON ({exc})") from None
         grids = data.get("grids", data) if isinstance(data, dict) else data
+        if not isinstance(grids, dict):
+            raise ScheduleError(f"a schedule in JSON maps map keys to grids, got {type(grids).__name__}")
         sdfg = data.get("sdfg") if isinstance(data, dict) and "grids" in data else None
         return cls.of({k: tuple(v) for k, v in grids.items()}, sdfg=sdfg)
 

@@ -77,6 +77,10 @@ def schedule_from_shardings(sdfg: SDFG, shardings: Mapping[str, Sequence[int]], 
 
     ``nprocs`` bounds every kernel's grid (default: the largest sharding's product). Sizes of
     symbolic programs are passed as keywords, as for ``auto_schedule``."""
+    from .checks import positive_int, require_sdfg
+    require_sdfg(sdfg, "distsdfg.schedule_from_shardings")
+    if nprocs is not None:
+        nprocs = positive_int(nprocs, "schedule_from_shardings' nprocs")
     g = build_graph(sdfg, **sizes)
     views = dc.reshape_views(sdfg)
     root = lambda a: views.get(a, a)  # noqa: E731
@@ -88,7 +92,11 @@ def schedule_from_shardings(sdfg: SDFG, shardings: Mapping[str, Sequence[int]], 
     fixed = {}
     kernel_names = {n for v in g.vertices for n in (v.key, v.label)}
     for arr, ways in shardings.items():
-        ways = tuple(int(w) for w in ways)
+        try:
+            ways = tuple(int(w) for w in ways)
+        except (TypeError, ValueError):
+            raise ScheduleError(f"sharding of `{arr}` is {ways!r}: give a tuple of integers, the ways each "
+                                f"dimension is split, e.g. (4, 1)") from None
         if arr not in sdfg.arrays and arr in kernel_names:
             fixed[arr] = ways
             continue

@@ -26,14 +26,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .errors import DistributedLoweringError
+from .checks import example_tensors as _example_tensors
+from .checks import require_module as _require_module
+from .errors import TorchFrontendError
 from .torch_ops import EMITTERS, Emitter, UnsupportedOpError, Val, dace_type, literal
 
 __all__ = ["TorchProgram", "from_torch", "from_torch_train_step", "UnsupportedOpError", "TorchFrontendError"]
-
-
-class TorchFrontendError(DistributedLoweringError):
-    """A module, optimizer or input the PyTorch frontend cannot translate as given."""
 
 
 def _torch():
@@ -369,9 +367,8 @@ def from_torch(module, example_inputs, *, strict: bool = False) -> TorchProgram:
     ``fc1_weight``), inputs after the forward's arguments. Unsupported operators raise
     ``UnsupportedOpError`` naming the ATen operator and the source line it came from."""
     torch = _torch()
-    if isinstance(example_inputs, torch.Tensor):
-        example_inputs = (example_inputs,)
-    example_inputs = tuple(example_inputs)
+    _require_module(module, "from_torch")
+    example_inputs = _example_tensors(example_inputs, "example_inputs")
     try:
         ep = torch.export.export(module, example_inputs, strict=strict)
     except Exception as exc:
@@ -518,9 +515,16 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
     torch = _torch()
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    x = example_inputs if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
-    xs = (x,) if isinstance(x, torch.Tensor) else x
-    y = example_targets
+    _require_module(module, "from_torch_train_step")
+    if not callable(loss_fn):
+        raise TorchFrontendError(f"loss_fn must be callable as loss_fn(output, target), got {type(loss_fn).__name__} "
+                                 f"(e.g. torch.nn.functional.mse_loss or torch.nn.MSELoss())")
+    xs = _example_tensors(example_inputs, "example_inputs")
+    ys = _example_tensors(example_targets, "example_targets")
+    if len(ys) != 1:    # a one-element tuple is the target itself
+        raise TorchFrontendError(f"example_targets has {len(ys)} tensors; a training step takes one target "
+                                 f"(loss_fn(output, target)): pass one tensor, or stack the targets into one")
+    y = ys[0]
     params = dict(module.named_parameters())
     trained = {k: p for k, p in params.items() if p.requires_grad}
     frozen = {k: p for k, p in params.items() if not p.requires_grad}

@@ -426,6 +426,20 @@ def affine(A: dace.float64[N, N], B: dace.float64[N, N]):
         B[i, j] = 2.0 * A[i, j] + 1.0
 
 
+@dace.program
+def trimul(A: dace.float64[24, 20], B: dace.float64[20, 24]):
+    C = A @ B
+    for i in range(24):          # a map over 0:i: its blocks depend on i, so it runs whole on rank 0
+        for j in dace.map[0:i]:
+            C[i, j] = C[i, j] * 2.0
+    return C
+
+
+def _trimul_ref(A, B):
+    C = A @ B
+    return np.where(np.tril(np.ones_like(C), -1) > 0, 2.0 * C, C)
+
+
 def _spd(r, n=256):
     m = r.random((n, n))
     return {"A": m @ m.T / n + np.eye(n), "b": r.random(n), "x": np.zeros(n), "iters": np.zeros(1, dtype=np.int64),
@@ -477,6 +491,7 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
     Program("mlp_sgd", mlp_sgd, lambda r: {"x": r.random((64, 32)) - 0.5, "y": r.random((64, 16)),
                                            "W1": r.random((32, 48)) - 0.5, "W2": r.random((48, 16)) - 0.5, "lr": 0.1},
             _mlp_sgd_ref, (("NB", 64), ("NI", 32), ("NHID", 48), ("NO", 16)), outputs=("W1", "W2")),
+    Program("trimul", trimul, lambda r: {"A": r.random((24, 20)), "B": r.random((20, 24))}, _trimul_ref),
     Program("affine", affine, lambda r: {"A": r.random((64, 64)), "B": np.zeros((64, 64))},
             lambda A, B: {"B": 2.0 * A + 1.0}, (("N", 64),), outputs=("B",)),
     Program("jacobi_conv", jacobi_conv,

@@ -86,8 +86,12 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
                       comm="device" if cuda_aware_mpi else "host")
 
 
-def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=None) -> DistributedProgram:  # noqa: A001
+def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=None,  # noqa: A001
+            threads_per_rank: Optional[int] = None) -> DistributedProgram:
     """Collective: build ``sdfg`` once on rank 0 and load it on every rank of ``comm``.
+
+    ``threads_per_rank`` (default 1, or ``$DISTSDFG_THREADS_PER_RANK``): OpenMP threads for each
+    rank's maps and MKL threads for its BLAS calls (hybrid MPI+OpenMP: P ranks x k threads <= cores).
 
     ``placement`` (see ``lower``) other than the one ``sdfg`` was lowered with lowers a copy of
     the original program with the same schedule first; the program's ``.sdfg`` is that copy.
@@ -100,4 +104,4 @@ def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=
         original = dc.from_json(low.source)
         if placed_arrays(original, placement) != set(low.boundary):
             sdfg = lower_sdfg(original, low.schedule, target=low.target, placement=placement, comm=low.comm)
-    return compile_distributed(sdfg, comm=comm, verbose=verbose)
+    return compile_distributed(sdfg, comm=comm, verbose=verbose, threads_per_rank=threads_per_rank)

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 from dace.sdfg import SDFG
 
+from . import blas
 from . import dace_compat as dc
 from . import errors
 from .errors import CommunicatorSizeError, DistributedLoweringError, InputError
@@ -77,8 +78,9 @@ class DistributedProgram:
     back into them, and the results come back as CuPy arrays.
     """
 
-    def __init__(self, sdfg: SDFG, compiled, comm):
+    def __init__(self, sdfg: SDFG, compiled, comm, threads_per_rank: int = 1):
         self.sdfg = sdfg
+        self.threads_per_rank = threads_per_rank
         self.lowered = lowered_of(sdfg)
         self._compiled = compiled
         self.comm = comm
@@ -255,6 +257,7 @@ class DistributedProgram:
         call[PLAN_ARRAY] = table
         call[PLAN_LEN] = int(table.shape[0])
         self._reinitialise_if_sizes_changed(call)
+        blas.use_threads(self.threads_per_rank)
         if blocks:      # a rank's block is often a view (a slice of a memory map); checked contiguous above
             with dc.allow_view_arguments():
                 out = self._compiled(**call)
@@ -274,7 +277,7 @@ STAMP = "distsdfg.stamp"
 
 
 def build_key(sdfg: SDFG) -> str:
-    """What a build depends on: the generated code, our runtime header, DaCe's version."""
+    """What a build depends on: the generated code, our runtime header, DaCe's version, the BLAS."""
     import copy
     import hashlib
 
@@ -283,6 +286,7 @@ def build_key(sdfg: SDFG) -> str:
 
     from .mpi.environment import INCLUDE_DIR
     h = hashlib.sha1(dace.__version__.encode())
+    h.update(blas.configure().key().encode())
     for obj in codegen.generate_code(copy.deepcopy(sdfg)):
         h.update(obj.name.encode())
         h.update(obj.clean_code.encode())
@@ -319,6 +323,7 @@ def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
 
 def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
     from dace.sdfg.utils import load_precompiled_sdfg
+    blas.warn_if_reference(sdfg)
     folder = sdfg.build_folder
     key = build_key(sdfg)
     rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")
@@ -338,10 +343,16 @@ def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
 
 
 def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None,
-                        rebuild: bool = False) -> DistributedProgram:
-    """Build on rank 0 (or reuse an identical build), load on every rank (collective over ``comm``)."""
+                        rebuild: bool = False, threads_per_rank: Optional[int] = None) -> DistributedProgram:
+    """Build on rank 0 (or reuse an identical build), load on every rank (collective over ``comm``).
+
+    Every rank runs with ``threads_per_rank`` OpenMP and MKL threads (default 1, or
+    ``$DISTSDFG_THREADS_PER_RANK``)."""
     comm = _comm(comm)
     lowered_of(sdfg)
+    threads = blas.threads_per_rank(threads_per_rank)
+    blas.configure()
+    blas.use_threads(threads)      # before MKL is loaded: it picks its threading layer then
     dc.ensure_mpi_on_path()
     if verbose is None:
         verbose = os.environ.get("DISTSDFG_VERBOSE", "0") not in ("", "0")
@@ -361,4 +372,4 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
         from dace.sdfg.utils import load_precompiled_sdfg
         compiled = load_precompiled_sdfg(folder)
     comm.Barrier()
-    return DistributedProgram(sdfg, compiled, comm)
+    return DistributedProgram(sdfg, compiled, comm, threads)

@@ -34,7 +34,7 @@ from typing import List, Optional, Tuple
 from . import dace_compat as dc
 
 __all__ = ["BlasInfo", "NoBlasWarning", "configure", "info", "find_mkl", "use_threads", "thread_env",
-           "threads_per_rank", "warn_if_reference"]
+           "threads_per_rank", "check_program", "warn_if_reference"]
 
 THREADS_ENV = "DISTSDFG_THREADS_PER_RANK"
 FIX = ("pip install mkl mkl-include (distsdfg's own dependencies on x86-64 Linux and Windows), or point "
@@ -203,6 +203,33 @@ def configure() -> BlasInfo:
 
 def info() -> BlasInfo:
     return configure()
+
+
+def check_program(sdfg) -> None:
+    """Before a build: refuse what DaCe's MKL expansion cannot compile, and warn (``NoBlasWarning``)
+    when a matrix product would run DaCe's reference loops."""
+    if dc.blas_implementation() == "MKL":
+        _check_batched_names(sdfg)
+    warn_if_reference(sdfg)
+
+
+#: locals that DaCe 1.0.2's MKL batched GEMM declares in the generated C++: a size symbol of the same
+#: name is shadowed by a pointer there and the program does not compile.
+BATCHED_LOCALS = ("A", "B", "C")
+
+
+def _check_batched_names(sdfg) -> None:
+    batched = dc.batched_products(sdfg)
+    if not batched:
+        return
+    names = {str(s) for s in sdfg.free_symbols} | set(sdfg.symbols)
+    clash = sorted(names & set(BATCHED_LOCALS))
+    if clash:
+        from .errors import UnsupportedProgramError
+        raise UnsupportedProgramError(
+            f"`{sdfg.name}`: a batched matrix product ({batched[0].label}) in a program with a size symbol named "
+            f"{', '.join(clash)}: DaCe's MKL expansion declares C++ locals A, B and C, which would hide the symbol. "
+            f"Rename the symbol (e.g. {clash[0]} -> N{clash[0]})")
 
 
 def warn_if_reference(sdfg, what: str = "") -> bool:

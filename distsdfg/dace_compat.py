@@ -421,6 +421,20 @@ def blas_nodes(sdfg: SDFG) -> List[nodes.LibraryNode]:
             if isinstance(n, nodes.LibraryNode) and getattr(type(n), "_dace_library_name", "") == "blas"]
 
 
+def batched_products(sdfg: SDFG) -> List[nodes.LibraryNode]:
+    """BatchedMatMul nodes, and MatMul nodes that will specialize into one (an operand of three dimensions)."""
+    blas = blas_library()
+    out = []
+    for node, state in sdfg.all_nodes_recursive():
+        if isinstance(node, blas.BatchedMatMul):
+            out.append(node)
+        elif isinstance(node, blas.MatMul) and any(
+                not e.data.is_empty() and len([s for s in e.data.subset.size() if s != 1]) >= 3
+                for e in state.in_edges(node)):
+            out.append(node)
+    return out
+
+
 def mkl_link_library() -> List[str]:
     """What DaCe's MKL environment links (it reads $MKLROOT)."""
     return list(blas_library().IntelMKL.cmake_libraries())

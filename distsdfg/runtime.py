@@ -323,7 +323,7 @@ def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
 
 def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
     from dace.sdfg.utils import load_precompiled_sdfg
-    blas.warn_if_reference(sdfg)
+    blas.check_program(sdfg)
     folder = sdfg.build_folder
     key = build_key(sdfg)
     rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")

@@ -131,3 +131,17 @@ def test_threads_reach_mkl_and_openmp(k):
     layer, mkl_threads, omp_threads = r.stdout.split()
     assert layer == ("SEQUENTIAL" if k == 1 else "GNU")
     assert int(mkl_threads) == k and int(omp_threads) == k
+
+
+def test_batched_product_with_a_size_symbol_named_b_is_refused(monkeypatch):
+    """DaCe's MKL batched GEMM declares C++ locals A, B, C: a size symbol B would not compile."""
+    from distsdfg import dace_compat as dc
+    monkeypatch.setattr(dc.blas_library(), "default_implementation", "MKL")
+    B = dace.symbol("B")
+
+    @dace.program
+    def bmm(X: dace.float64[B, 4, 5], Y: dace.float64[B, 5, 6]):
+        return X @ Y
+    with pytest.raises(distsdfg.UnsupportedProgramError, match="size symbol named B.*Rename"):
+        blas.check_program(bmm.to_sdfg())
+    blas.check_program(matmul.to_sdfg())          # 2-D products with any symbols are fine

@@ -179,7 +179,7 @@ def configure() -> BlasInfo:
         return _INFO
     if dc.blas_chosen_by_user():
         impl = dc.blas_implementation()
-        _INFO = BlasInfo(name=f"chosen in DaCe's settings", implementation=impl,
+        _INFO = BlasInfo(name="chosen in DaCe's settings", implementation=impl,
                          library=os.environ.get("MKLROOT", "") if impl == "MKL" else "",
                          missing="DaCe's BLAS default is set to 'pure'")
         return _INFO

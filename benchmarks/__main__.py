@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from distsdfg.blas import thread_env
+
 from . import report
-from .blas import NUMPY_BLAS, single_thread_env
 from distsdfg.testing.pmpi import build as build_counter
 from distsdfg.testing.pmpi import cache_dir
 from .scaling import PROCS as SCALING_PROCS
@@ -35,6 +36,7 @@ from .workloads import PRESETS, WORKLOADS, sizes_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTENDERS = ("distsdfg", "mpi4py", "dace", "dask", "heat")
+NUMPY_BLAS = "NumPy's bundled OpenBLAS"
 HEAT_NOTE = ("heat 1.8.0 requires torch<2.11.1 and imports torchvision; here torch is 2.13.0 (CPU) and the only "
              "torchvision for it (0.28.0) is a CUDA build whose extension does not load with a CPU torch")
 
@@ -45,7 +47,7 @@ def environment(extra: Optional[dict] = None) -> Dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env.update(single_thread_env())
+    env.update(thread_env(1))
     # DaCe's simplify iterates over sets of names: a fixed hash seed builds the same SDFG on
     # every rank and in every run, so the build cache finds it.
     env.setdefault("PYTHONHASHSEED", "0")

@@ -20,9 +20,9 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+from distsdfg import blas
 from distsdfg.testing.pmpi import byte_fields
 
-from . import blas
 from .workloads import Workload, get, sizes_of
 
 Row = Dict[str, object]
@@ -254,7 +254,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         config = json.load(f)
     import dace
     dace.config.Config.set("default_build_folder", value=config["build_folder"])
-    blas_name = blas.configure()
+    blas_name = str(blas.configure())
     rows = MODES[config["mode"]](config)
     if config["mode"] != "mpi" or _rank() == 0:
         with open(argv[1], "w") as f:

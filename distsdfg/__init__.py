@@ -1,5 +1,7 @@
 """distsdfg: automatic SPMD distribution of DaCe programs over MPI."""
 from .errors import *  # noqa: F401,F403
+from . import blas as _blas
+from .blas import NoBlasWarning
 from .schedule import Schedule
 from .kernels import MapInfo
 from .plan import CommStep
@@ -13,5 +15,7 @@ from .torch_frontend import TorchProgram, from_torch, from_torch_train_step
 __all__ = ["Schedule", "MapInfo", "CommStep", "CommPlan", "maps", "lower", "compile", "comm_report", "comm_plans",
            "schedule_by_label", "auto_schedule", "schedule_cost", "explain", "PaperModel", "BytesModel",
            "AlphaBetaModel", "calibrate", "ScheduleError", "DistributedLoweringError", "ArrayLayout", "layout",
-           "schedule_from_shardings", "TorchProgram", "from_torch", "from_torch_train_step"]
+           "schedule_from_shardings", "TorchProgram", "from_torch", "from_torch_train_step", "NoBlasWarning"]
 __version__ = "0.1.0"
+
+_blas.configure()     # DaCe's BLAS nodes use MKL in every process that imports distsdfg

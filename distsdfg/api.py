@@ -108,8 +108,12 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
                       optimize=optimize)
 
 
-def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=None) -> DistributedProgram:  # noqa: A001
+def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=None,  # noqa: A001
+            threads_per_rank: Optional[int] = None) -> DistributedProgram:
     """Collective: build ``sdfg`` once on rank 0 and load it on every rank of ``comm``.
+
+    ``threads_per_rank`` (default 1, or ``$DISTSDFG_THREADS_PER_RANK``): OpenMP threads for each
+    rank's maps and MKL threads for its BLAS calls (hybrid MPI+OpenMP: P ranks x k threads <= cores).
 
     ``placement`` (see ``lower``) other than the one ``sdfg`` was lowered with lowers a copy of
     the original program with the same schedule first; the program's ``.sdfg`` is that copy.
@@ -129,7 +133,7 @@ def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=
             sdfg._distsdfg = dataclasses.replace(low, placement=placement, boundary={
                 a: "" for a in sorted(placed_arrays(sdfg, placement))}, _copies={})
         from .runtime import _comm
-        return DeferredProgram(sdfg, _comm(comm), verbose)
+        return DeferredProgram(sdfg, _comm(comm), verbose, threads_per_rank)
     if placement is not None:
         from . import dace_compat as dc
         from .placement import placed_arrays
@@ -138,4 +142,4 @@ def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=
         original = dc.from_json(low.source)
         if placed_arrays(original, placement) != set(low.boundary):
             sdfg = lower_sdfg(original, low.schedule, target=low.target, placement=placement, comm=low.comm)
-    return compile_distributed(sdfg, comm=comm, verbose=verbose)
+    return compile_distributed(sdfg, comm=comm, verbose=verbose, threads_per_rank=threads_per_rank)

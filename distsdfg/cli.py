@@ -1,4 +1,4 @@
-"""The ``distsdfg`` command: run programs on local ranks or Slurm, list maps, plan and explain schedules."""
+"""The ``distsdfg`` command: run programs on local ranks or Slurm, list maps, plan and explain schedules, info."""
 from __future__ import annotations
 
 import argparse
@@ -110,9 +110,12 @@ def cmd_explain(args):
                            inputs=boundary_pricing(args.placement), **_sizes(args.sizes)))
 
 
-def _env():
+def _env(threads_per_rank=None):
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
+    if threads_per_rank is not None:      # OpenMP and MKL threads inside every rank
+        from distsdfg.blas import thread_env, threads_per_rank as check
+        env.update(thread_env(check(threads_per_rank)))
     # DaCe's simplify() iterates over sets of names: a fixed hash seed makes every rank, and
     # every run, build the same SDFG (and so find the same build in the cache).
     env.setdefault("PYTHONHASHSEED", "0")
@@ -120,8 +123,8 @@ def _env():
     return env
 
 
-def _launch(argv, timeout):
-    rc = subprocess.call(argv, env=_env())
+def _launch(argv, timeout, threads_per_rank=None):
+    rc = subprocess.call(argv, env=_env(threads_per_rank))
     if rc == 124:
         print(f"distsdfg: the job exceeded --timeout {timeout}s and was stopped", file=sys.stderr)
     return rc
@@ -133,7 +136,7 @@ def cmd_run(args):
         sys.exit(run_program(args.program, schedule=args.schedule, sizes=_sizes(args.sizes), nprocs=args.n,
                              target=args.target, check=args.check, seed=args.seed, compile_only=args.compile_only,
                              verbose=args.verbose, rebuild=args.rebuild, save=args.save, placement=args.placement,
-                             cuda_aware_mpi=args.cuda_aware_mpi))
+                             cuda_aware_mpi=args.cuda_aware_mpi, threads_per_rank=args.threads_per_rank))
     from distsdfg.launch import launcher_argv
     n = args.n or 1
     inner = ["-m", "distsdfg", "run", args.program, "-n", str(n), "--target", args.target, "--seed", str(args.seed),
@@ -147,7 +150,9 @@ def cmd_run(args):
             inner.append("--" + flag.replace("_", "-"))
     if args.save:
         inner += ["--save", os.path.abspath(args.save)]
-    sys.exit(_launch(launcher_argv(n, inner, timeout=args.timeout), args.timeout))
+    if args.threads_per_rank is not None:
+        inner += ["--threads-per-rank", str(args.threads_per_rank)]
+    sys.exit(_launch(launcher_argv(n, inner, timeout=args.timeout), args.timeout, args.threads_per_rank))
 
 
 def cmd_slurm(args):
@@ -188,7 +193,13 @@ def cmd_calibrate(args):
 
 def cmd_launch(args):
     from distsdfg.launch import launcher_argv
-    sys.exit(_launch(launcher_argv(args.n, [args.script] + args.args, timeout=args.timeout), args.timeout))
+    sys.exit(_launch(launcher_argv(args.n, [args.script] + args.args, timeout=args.timeout), args.timeout,
+                     args.threads_per_rank))
+
+
+def cmd_info(args):
+    from distsdfg.info import report
+    print(report())
 
 
 def _schedule_args(p):
@@ -196,6 +207,11 @@ def _schedule_args(p):
     p.add_argument("--sizes", nargs="*", help="N=1024 ...")
     p.add_argument("--placement", default="root", choices=["root", "distributed"],
                    help="arguments whole on rank 0 (root) or block by block on every rank (distributed)")
+
+
+def _threads_arg(p):
+    p.add_argument("--threads-per-rank", type=int, default=None, metavar="K",
+                   help="OpenMP and MKL threads inside each rank (default 1: one thread per rank)")
 
 
 def main(argv=None):
@@ -217,6 +233,7 @@ def main(argv=None):
     p.add_argument("--save", default=None, help="FILE.npz: rank 0 saves the outputs")
     p.add_argument("--here", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--compile-only", action="store_true", help="lower and compile in this process, then stop")
+    _threads_arg(p)
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("maps", help="list the schedulable maps of a program")
@@ -271,9 +288,13 @@ def main(argv=None):
     p = sub.add_parser("launch", help="run any script on local ranks with the bundled mpiexec (or srun)")
     p.add_argument("-n", type=int, default=4)
     p.add_argument("--timeout", type=float, default=900)
+    _threads_arg(p)
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(fn=cmd_launch)
+
+    p = sub.add_parser("info", help="versions of distsdfg, DaCe, NumPy, MPI; the BLAS in use; the compilers")
+    p.set_defaults(fn=cmd_info)
 
     args = ap.parse_args(argv)
     from distsdfg.errors import DistributedLoweringError

@@ -411,3 +411,70 @@ def order_return_arrays(sdfg: SDFG) -> None:
         new = f"__return_{k:0{width}d}"
         if new != name:
             rename_data(sdfg, name, new)
+
+
+# -- BLAS: which expansion DaCe's BLAS library nodes take ------------------------------------------------
+# MatMul and Einsum expand ("specialize") into Gemm, Gemv, Dot or BatchedMatMul (einsum: through MatMul);
+# those four have no node default and take the BLAS library's default_implementation, then the
+# configuration's library.blas.default_implementation ("pure": DaCe's reference loop nests).
+
+def blas_library():
+    import dace.libraries.blas as blas
+    return blas
+
+
+def blas_implementation() -> str:
+    """The expansion a Gemm/Gemv/Dot/BatchedMatMul without its own ``implementation`` takes now."""
+    from dace.config import Config
+    lib = blas_library().default_implementation
+    return lib if lib is not None else str(Config.get("library", "blas", "default_implementation"))
+
+
+def blas_chosen_by_user() -> bool:
+    """Whether someone already set a BLAS other than DaCe's reference expansion."""
+    from dace.config import Config
+    return (blas_library().default_implementation is not None
+            or Config.get("library", "blas", "default_implementation") != "pure")
+
+
+def use_blas_implementation(name: str) -> None:
+    """Make ``name`` (e.g. "MKL") the default expansion of the BLAS library nodes. Nodes that have no
+    such implementation (Ger, Axpy: never made by the NumPy frontend) keep their reference one."""
+    blas = blas_library()
+    blas.default_implementation = name
+    for cls in (blas.Gemm, blas.Gemv, blas.Dot, blas.BatchedMatMul, blas.Ger, blas.Axpy):
+        if name not in cls.implementations and cls.default_implementation is None:
+            cls.default_implementation = "pure"
+
+
+def blas_nodes(sdfg: SDFG) -> List[nodes.LibraryNode]:
+    """The library nodes of DaCe's BLAS library (MatMul, Gemm, Gemv, Dot, BatchedMatMul, Einsum, ...)."""
+    return [n for n, _ in sdfg.all_nodes_recursive()
+            if isinstance(n, nodes.LibraryNode) and getattr(type(n), "_dace_library_name", "") == "blas"]
+
+
+def batched_products(sdfg: SDFG) -> List[nodes.LibraryNode]:
+    """BatchedMatMul nodes, and MatMul nodes that will specialize into one (an operand of three dimensions)."""
+    blas = blas_library()
+    out = []
+    for node, state in sdfg.all_nodes_recursive():
+        if isinstance(node, blas.BatchedMatMul):
+            out.append(node)
+        elif isinstance(node, blas.MatMul) and any(
+                not e.data.is_empty() and len([s for s in e.data.subset.size() if s != 1]) >= 3
+                for e in state.in_edges(node)):
+            out.append(node)
+    return out
+
+
+def mkl_link_library() -> List[str]:
+    """What DaCe's MKL environment links (it reads $MKLROOT)."""
+    return list(blas_library().IntelMKL.cmake_libraries())
+
+
+def cxx_compiler() -> str:
+    """The C++ compiler DaCe's CMake build uses: the configured one, else $CXX, else c++."""
+    from dace.config import Config
+    import shutil
+    exe = Config.get("compiler", "cpu", "executable") or os.environ.get("CXX") or "c++"
+    return shutil.which(exe) or exe

@@ -133,8 +133,9 @@ class DeferredProgram(DistributedProgram):
     compiled already). ``programs`` maps the size sets seen so far to their compiled programs.
     """
 
-    def __init__(self, sdfg: SDFG, comm, verbose: Optional[bool] = None):
+    def __init__(self, sdfg: SDFG, comm, verbose: Optional[bool] = None, threads_per_rank: Optional[int] = None):
         self.sdfg = sdfg
+        self.threads_per_rank = threads_per_rank
         self.lowered: Deferred = sdfg._distsdfg
         self._compiled = None
         self.comm = comm
@@ -174,7 +175,8 @@ class DeferredProgram(DistributedProgram):
             raise getattr(errors, error[0], DistributedLoweringError)(error[1])
         prog = self._by_schedule.get(schedule.to_json())
         if prog is None:
-            prog = compile_distributed(self.lowered.lower(schedule), comm=self.comm, verbose=self.verbose)
+            prog = compile_distributed(self.lowered.lower(schedule), comm=self.comm, verbose=self.verbose,
+                                       threads_per_rank=self.threads_per_rank)
             self._by_schedule[schedule.to_json()] = prog
         self._by_sizes[key] = prog
         return prog

@@ -22,7 +22,7 @@ import os
 import warnings
 from typing import Dict, List
 
-from dace.sdfg import SDFG, nodes
+from dace.sdfg import SDFG
 
 __all__ = ["optimize_lowered", "enabled"]
 

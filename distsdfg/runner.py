@@ -162,7 +162,7 @@ def _assemble(fn, out, returns, sizes, comm):
 def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: Optional[Dict[str, int]] = None,
                 nprocs: Optional[int] = None, target: str = "cpu", check: bool = False, seed: int = 0,
                 compile_only: bool = False, verbose: bool = False, rebuild: bool = False, save: Optional[str] = None,
-                comm=None, placement=None, cuda_aware_mpi: bool = False) -> int:
+                comm=None, placement=None, cuda_aware_mpi: bool = False, threads_per_rank: Optional[int] = None) -> int:
     """Lower, compile once, run on the ranks of ``comm``; rank 0 reports. Returns an exit code.
 
     An exception on any rank prints ``distsdfg: rank R failed: ...`` and aborts the whole job.
@@ -192,7 +192,7 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
         if compile_only:
             build(sdfg, verbose=True, rebuild=rebuild)
             return 0
-        fn = distsdfg.compile(sdfg, comm=comm, verbose=(rank == 0) or verbose)
+        fn = distsdfg.compile(sdfg, comm=comm, verbose=(rank == 0) or verbose, threads_per_rank=threads_per_rank)
         placed = fn.lowered.boundary
         if placed:        # every rank makes the same global inputs and passes its blocks
             args, sizes, returns = _blocks(fn, mod, sizes, seed, rank)

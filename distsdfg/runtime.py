@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 from dace.sdfg import SDFG
 
+from . import blas
 from . import dace_compat as dc
 from . import errors
 from .errors import CommunicatorSizeError, DistributedLoweringError, InputError
@@ -99,8 +100,9 @@ class DistributedProgram:
     back into them, and the results come back as CuPy arrays.
     """
 
-    def __init__(self, sdfg: SDFG, compiled, comm):
+    def __init__(self, sdfg: SDFG, compiled, comm, threads_per_rank: int = 1):
         self.sdfg = sdfg
+        self.threads_per_rank = threads_per_rank
         self.lowered = lowered_of(sdfg)
         self._compiled = compiled
         self.comm = comm
@@ -326,6 +328,7 @@ class DistributedProgram:
         call[PLAN_LEN] = int(table.shape[0])
         call[COMM_ARG] = self._fcomm
         self._reinitialise_if_sizes_changed(call)
+        blas.use_threads(self.threads_per_rank)
         if blocks:      # a rank's block is often a view (a slice of a memory map); checked contiguous above
             with dc.allow_view_arguments():
                 out = self._compiled(**call)
@@ -348,7 +351,7 @@ STAMP = "distsdfg.stamp"
 
 
 def build_key(sdfg: SDFG) -> str:
-    """What a build depends on: the generated code, our runtime header, DaCe's version."""
+    """What a build depends on: the generated code, our runtime header, DaCe's version, the BLAS."""
     import copy
     import hashlib
 
@@ -357,6 +360,7 @@ def build_key(sdfg: SDFG) -> str:
 
     from .mpi.environment import INCLUDE_DIR
     h = hashlib.sha1(dace.__version__.encode())
+    h.update(blas.configure().key().encode())
     for obj in codegen.generate_code(copy.deepcopy(sdfg)):
         h.update(obj.name.encode())
         h.update(obj.clean_code.encode())
@@ -433,6 +437,7 @@ def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
 
 def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
     from dace.sdfg.utils import load_precompiled_sdfg
+    blas.check_program(sdfg)
     folder = sdfg.build_folder
     key = build_key(sdfg)
     rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")
@@ -452,12 +457,18 @@ def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
 
 
 def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None,
-                        rebuild: bool = False) -> DistributedProgram:
+                        rebuild: bool = False, threads_per_rank: Optional[int] = None) -> DistributedProgram:
     """Build on rank 0 of ``comm`` (or reuse an identical build), load on every rank (collective over
     ``comm``, default ``MPI.COMM_WORLD``). The program runs on ``comm``: its ranks are the ranks the
-    plan speaks of, and every communication step uses it (see ``lowering.COMM_ARG``)."""
+    plan speaks of, and every communication step uses it (see ``lowering.COMM_ARG``).
+
+    Every rank runs with ``threads_per_rank`` OpenMP and MKL threads (default 1, or
+    ``$DISTSDFG_THREADS_PER_RANK``)."""
     comm = _comm(comm)
     lowered_of(sdfg)
+    threads = blas.threads_per_rank(threads_per_rank)
+    blas.configure()
+    blas.use_threads(threads)      # before MKL is loaded: it picks its threading layer then
     dc.ensure_mpi_on_path()
     if verbose is None:
         verbose = os.environ.get("DISTSDFG_VERBOSE", "0") not in ("", "0")
@@ -477,4 +488,4 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
     if comm.rank != 0:
         compiled = load_build(folder)
     comm.Barrier()
-    return DistributedProgram(sdfg, compiled, comm)
+    return DistributedProgram(sdfg, compiled, comm, threads)

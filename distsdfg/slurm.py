@@ -47,6 +47,7 @@ def sbatch_script(job: SlurmJob) -> str:
     for m in job.modules:
         lines.append(f"module load {m}")
     lines.append(f"export OMP_NUM_THREADS={job.cpus_per_task}")
+    lines.append(f"export DISTSDFG_THREADS_PER_RANK={job.cpus_per_task}   # OpenMP and MKL threads per rank")
     lines.append("export PYTHONHASHSEED=0                 # every rank builds the same SDFG")
     if job.target == "gpu":
         lines += ["export MPICH_RDMA_ENABLED_CUDA=1        # CUDA-aware Cray MPICH",

@@ -135,3 +135,33 @@ def test_slurm_script_runs_under_standins(tmp_path):
     assert "compiled in" in out                                   # the compile step before srun
     assert "reusing the build" in out                             # srun's rank 0 compiled nothing
     assert "check against a single-process run: OK" in out
+
+
+def test_info_names_versions_blas_and_compilers(tmp_path):
+    import dace
+    import numpy as np
+
+    from distsdfg import blas
+    r = _distsdfg(["info"], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    fields = dict(line.split(":", 1) for line in r.stdout.splitlines())
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    assert fields["DaCe"] == dace.__version__ and fields["NumPy"].startswith(np.__version__)
+    assert "MPICH" in fields["MPI library"] or "Open MPI" in fields["MPI library"]
+    assert {"distsdfg", "mpi4py", "C++ compiler", "CMake", "nvcc", "Python", "threads per rank"} <= set(fields)
+    info = blas.info()
+    if info.optimized:
+        assert fields["BLAS"] == f"{info.name} {info.version}" and info.library in fields["BLAS library"]
+    else:
+        assert fields["BLAS"].startswith("NONE") and "pip install mkl" in fields["BLAS"]
+
+
+def test_threads_per_rank_reaches_every_rank(tmp_path):
+    script = tmp_path / "threads.py"
+    script.write_text("import os\nfrom mpi4py import MPI\nfrom distsdfg import blas\n"
+                      "print(MPI.COMM_WORLD.rank, blas.threads_per_rank(), os.environ['OMP_NUM_THREADS'], "
+                      "os.environ['MKL_NUM_THREADS'], os.environ['MKL_THREADING_LAYER'], flush=True)\n")
+    r = _distsdfg(["launch", "-n", "2", "--threads-per-rank", "2", "--timeout", "300", str(script)], tmp_path,
+                  timeout=400)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert sorted(r.stdout.split("\n")[:2]) == ["0 2 2 2 GNU", "1 2 2 2 GNU"]

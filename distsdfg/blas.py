@@ -1,0 +1,319 @@
+"""The BLAS behind the matrix products: Intel MKL from PyPI, set up when distsdfg is imported.
+
+``pip install -e .`` brings the ``mkl`` wheel (``libmkl_rt.so.N`` in ``<prefix>/lib``) and
+``mkl-include`` (``mkl.h`` in ``<prefix>/include``). DaCe's MKL environment wants
+``$MKLROOT/include/mkl.h`` and ``$MKLROOT/lib/libmkl_rt.so``, so ``configure()`` lays out an
+MKLROOT of symbolic links to the wheels' files in the cache folder (one per environment),
+exports it, and makes "MKL" the expansion of DaCe's BLAS library nodes (Gemm, Gemv, Dot,
+BatchedMatMul, and MatMul and einsum, which expand into those). The built program's RPATH
+names that folder, so every rank that loads it finds libmkl_rt without LD_LIBRARY_PATH.
+
+Threads: one per rank by default (MKL's sequential layer, ``OMP_NUM_THREADS=1``), so that P
+ranks on P cores do not oversubscribe them. ``threads_per_rank=k`` (``distsdfg.compile``,
+``distsdfg run --threads-per-rank k``, or ``DISTSDFG_THREADS_PER_RANK=k``) gives each rank k
+OpenMP threads for its maps and, through MKL's GNU OpenMP layer, k threads for its BLAS calls.
+MKL fixes its threading layer when it is first loaded in a process: ask for k > 1 before the
+first program is loaded (the command line and the environment variable always do).
+
+Without MKL (another platform, a trimmed install) DaCe's reference loop nests remain: correct but
+some 100x slower; building a program with a matrix product then warns (``NoBlasWarning``).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import site
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from . import dace_compat as dc
+
+__all__ = ["BlasInfo", "NoBlasWarning", "configure", "info", "find_mkl", "use_threads", "thread_env",
+           "threads_per_rank", "check_program", "warn_if_reference"]
+
+THREADS_ENV = "DISTSDFG_THREADS_PER_RANK"
+FIX = ("pip install mkl mkl-include (distsdfg's own dependencies on x86-64 Linux and Windows), or point "
+       "MKLROOT at an Intel MKL installation")
+
+
+class NoBlasWarning(RuntimeWarning):
+    """A program with a matrix product is built with DaCe's reference loops: no optimized BLAS found."""
+
+
+@dataclass(frozen=True)
+class BlasInfo:
+    name: str                   # "Intel MKL", "none" or what the user chose
+    implementation: str         # the expansion of DaCe's BLAS nodes: "MKL", "pure", ...
+    version: str = ""
+    library: str = ""           # what the programs link
+    include: str = ""
+    source: str = ""            # where it was found
+    missing: str = ""           # what is missing, when no BLAS is found
+
+    @property
+    def optimized(self) -> bool:
+        return self.implementation != "pure"
+
+    def key(self) -> str:
+        """What a build depends on (part of the build cache's key)."""
+        return f"{self.implementation}|{self.library}|{self.version}"
+
+    def __str__(self) -> str:
+        if not self.optimized:
+            return f"none: DaCe's reference loops ({self.missing})"
+        return " ".join(filter(None, [self.name, self.version, f"({self.library})" if self.library else ""]))
+
+
+# -- finding MKL --------------------------------------------------------------------------------------------
+def _prefixes() -> List[Path]:
+    out = []
+    for p in (os.environ.get("MKLROOT"), sys.prefix, getattr(site, "USER_BASE", None), os.environ.get("CONDA_PREFIX"),
+              sys.base_prefix):
+        if p and Path(p) not in out:
+            out.append(Path(p))
+    return out
+
+
+def _runtime_library(lib: Path) -> Optional[Path]:
+    """``libmkl_rt.so`` or the newest ``libmkl_rt.so.N`` in ``lib``."""
+    plain = lib / "libmkl_rt.so"
+    if plain.exists():
+        return plain
+    versioned = sorted(lib.glob("libmkl_rt.so.*"), key=lambda p: [int(x) for x in p.name.split(".")[2:] if x.isdigit()])
+    return versioned[-1] if versioned else None
+
+
+def find_mkl() -> Tuple[Optional[Tuple[Path, Path]], str]:
+    """((include folder, libmkl_rt path), "") of the first MKL found, else (None, what is missing)."""
+    seen = []
+    for prefix in _prefixes():
+        inc = prefix / "include"
+        for lib in (prefix / "lib", prefix / "lib" / "intel64"):
+            rt = _runtime_library(lib) if lib.is_dir() else None
+            if rt is not None and (inc / "mkl.h").exists():
+                return (inc, rt), ""
+            if rt is not None:
+                seen.append(f"{rt} but no {inc / 'mkl.h'} (mkl-include)")
+    if seen:
+        return None, "found " + "; ".join(seen)
+    return None, f"no libmkl_rt (the mkl wheel) under {', '.join(str(p) for p in _prefixes())}"
+
+
+def _cache_root() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "distsdfg"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        if os.access(base, os.W_OK):
+            return base
+    except OSError:
+        pass
+    return Path(tempfile.gettempdir()) / f"distsdfg-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+
+
+def _link(path: Path, target: Path) -> None:
+    """``path`` -> ``target``, made atomically (ranks may do it at the same time)."""
+    try:
+        if path.is_symlink() and os.readlink(path) == str(target):
+            return
+    except OSError:
+        pass
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        tmp.unlink()
+    except OSError:
+        pass
+    tmp.symlink_to(target)
+    os.replace(tmp, path)
+
+
+def mkl_root(include: Path, runtime: Path) -> Path:
+    """An MKLROOT for DaCe: ``include`` and ``lib/libmkl*.so*`` linking to the wheels' files
+    (a folder per environment, so that two virtual environments do not share one)."""
+    if (runtime.parent / "libmkl_rt.so").exists() and runtime.parent.name == "lib" and \
+            runtime.parent.parent / "include" == include:
+        return runtime.parent.parent          # already laid out as DaCe wants it
+    tag = hashlib.sha1(f"{include}|{runtime}".encode()).hexdigest()[:10]
+    root = _cache_root() / f"mklroot-{tag}"
+    (root / "lib").mkdir(parents=True, exist_ok=True)
+    _link(root / "include", include)
+    libdir = runtime.parent
+    for pattern in ("libmkl*.so*", "libiomp*.so*", "libtbb*.so*"):
+        for lib in libdir.glob(pattern):
+            _link(root / "lib" / lib.name, lib)
+    _link(root / "lib" / "libmkl_rt.so", runtime)
+    return root
+
+
+def _mkl_version(runtime: Path) -> str:
+    from importlib import metadata
+    try:
+        return metadata.version("mkl")
+    except metadata.PackageNotFoundError:
+        pass
+    try:                        # MKL_Get_Version_String(buf, len)
+        lib = ctypes.CDLL(str(runtime))
+        buf = ctypes.create_string_buffer(256)
+        lib.MKL_Get_Version_String(buf, 256)
+        return buf.value.decode(errors="replace").strip()
+    except (OSError, AttributeError):
+        return ""
+
+
+# -- configuring DaCe ---------------------------------------------------------------------------------------
+_INFO: Optional[BlasInfo] = None
+
+
+def configure() -> BlasInfo:
+    """Make DaCe's BLAS nodes use MKL where it is installed (once per process); returns what is used.
+
+    A BLAS chosen before (``dace.libraries.blas.default_implementation`` or DaCe's configuration
+    ``library.blas.default_implementation``) is kept.
+    """
+    global _INFO
+    if _INFO is not None:
+        return _INFO
+    if dc.blas_chosen_by_user():
+        impl = dc.blas_implementation()
+        _INFO = BlasInfo(name="chosen in DaCe's settings", implementation=impl,
+                         library=os.environ.get("MKLROOT", "") if impl == "MKL" else "",
+                         missing="DaCe's BLAS default is set to 'pure'")
+        return _INFO
+    found, missing = find_mkl()
+    if found is None:
+        _INFO = BlasInfo(name="none", implementation="pure", missing=missing)
+        return _INFO
+    include, runtime = found
+    try:
+        root = mkl_root(include, runtime)
+    except OSError as exc:
+        _INFO = BlasInfo(name="none", implementation="pure", missing=f"cannot lay out an MKLROOT: {exc}")
+        return _INFO
+    os.environ["MKLROOT"] = str(root)
+    _default_layer(threads_per_rank())
+    dc.use_blas_implementation("MKL")
+    _INFO = BlasInfo(name="Intel MKL", implementation="MKL", version=_mkl_version(runtime),
+                     library=str(root / "lib" / "libmkl_rt.so"), include=str(include), source=str(runtime))
+    return _INFO
+
+
+def info() -> BlasInfo:
+    return configure()
+
+
+def check_program(sdfg) -> None:
+    """Before a build: refuse what DaCe's MKL expansion cannot compile, and warn (``NoBlasWarning``)
+    when a matrix product would run DaCe's reference loops."""
+    if dc.blas_implementation() == "MKL":
+        _check_batched_names(sdfg)
+    warn_if_reference(sdfg)
+
+
+#: locals that DaCe 1.0.2's MKL batched GEMM declares in the generated C++: a size symbol of the same
+#: name is shadowed by a pointer there and the program does not compile.
+BATCHED_LOCALS = ("A", "B", "C")
+
+
+def _check_batched_names(sdfg) -> None:
+    batched = dc.batched_products(sdfg)
+    if not batched:
+        return
+    names = {str(s) for s in sdfg.free_symbols} | set(sdfg.symbols)
+    clash = sorted(names & set(BATCHED_LOCALS))
+    if clash:
+        from .errors import UnsupportedProgramError
+        raise UnsupportedProgramError(
+            f"`{sdfg.name}`: a batched matrix product ({batched[0].label}) in a program with a size symbol named "
+            f"{', '.join(clash)}: DaCe's MKL expansion declares C++ locals A, B and C, which would hide the symbol. "
+            f"Rename the symbol (e.g. {clash[0]} -> N{clash[0]})")
+
+
+def warn_if_reference(sdfg, what: str = "") -> bool:
+    """Warn (``NoBlasWarning``) when ``sdfg`` has a BLAS node that would expand to DaCe's reference
+    loops; True if it warned. Call where the program is built (inside any target's settings)."""
+    libs = dc.blas_nodes(sdfg)
+    if not libs or dc.blas_implementation() != "pure":
+        return False
+    if getattr(getattr(sdfg, "_distsdfg", None), "target", "cpu") == "gpu":
+        reason = "no cuBLAS: cublas_v2.h is not in the CUDA toolkit's include folders"
+    else:
+        reason = configure().missing or "DaCe's BLAS default is 'pure'"
+    kinds = sorted({type(n).__name__ for n in libs})
+    warnings.warn(NoBlasWarning(
+        f"`{sdfg.name}`{what}: {', '.join(kinds)} will run DaCe's reference loop nest (often 100x slower than a "
+        f"BLAS): no optimized BLAS was found ({reason}). Fix: {FIX}"), stacklevel=3)
+    return True
+
+
+# -- threads ------------------------------------------------------------------------------------------------
+def threads_per_rank(k: Optional[int] = None) -> int:
+    """``k`` if given, else ``$DISTSDFG_THREADS_PER_RANK``, else 1."""
+    if k is None:
+        k = int(os.environ.get(THREADS_ENV, "1") or 1)
+    if int(k) < 1:
+        from .errors import DistributedLoweringError
+        raise DistributedLoweringError(f"threads_per_rank must be at least 1, got {k}")
+    return int(k)
+
+
+def thread_env(k: int = 1) -> dict:
+    """Environment for processes with ``k`` threads each (MPI ranks, benchmark workers)."""
+    return {"OMP_NUM_THREADS": str(k), "MKL_NUM_THREADS": str(k), "OPENBLAS_NUM_THREADS": str(k),
+            "MKL_THREADING_LAYER": "SEQUENTIAL" if k == 1 else "GNU", THREADS_ENV: str(k)}
+
+
+_USER_LAYER = "MKL_THREADING_LAYER" in os.environ
+_warned_layer = False
+
+
+def _loaded(soname: str):
+    """The already loaded library ``soname``, else None (never loads it)."""
+    try:
+        return ctypes.CDLL(soname, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except (OSError, AttributeError):
+        return None
+
+
+def _mkl_loaded():
+    return _loaded("libmkl_rt.so.2") or _loaded("libmkl_rt.so.3") or _loaded("libmkl_rt.so")
+
+
+def _default_layer(k: int) -> None:
+    """MKL's threading layer, read when MKL is first loaded: sequential for one thread, GNU OpenMP
+    (the OpenMP runtime of DaCe's code) for more. A layer set by the user is kept."""
+    if not _USER_LAYER and _mkl_loaded() is None:
+        os.environ["MKL_THREADING_LAYER"] = "SEQUENTIAL" if k == 1 else "GNU"
+    if os.environ.get("MKL_THREADING_LAYER", "").upper() == "GNU":   # MKL's GNU layer needs libgomp's symbols
+        try:
+            ctypes.CDLL("libgomp.so.1", mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            pass
+
+
+_current: Optional[int] = None
+
+
+def use_threads(k: int) -> None:
+    """Give this process ``k`` threads for OpenMP and MKL (cheap when nothing changes)."""
+    global _current, _warned_layer
+    if k == _current:
+        return
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(k)
+    _default_layer(k)
+    gomp = _loaded("libgomp.so.1")
+    if gomp is not None:
+        gomp.omp_set_num_threads(ctypes.c_int(k))
+    mkl = _mkl_loaded()
+    if mkl is not None:
+        mkl.MKL_Set_Num_Threads(ctypes.c_int(k))
+        if k > 1 and os.environ.get("MKL_THREADING_LAYER", "").upper() == "SEQUENTIAL" and not _warned_layer:
+            _warned_layer = True
+            warnings.warn(f"MKL was loaded sequential in this process, so its calls keep one thread (OpenMP maps get "
+                          f"{k}); set {THREADS_ENV}={k} before starting Python, or use `distsdfg run "
+                          f"--threads-per-rank {k}`", RuntimeWarning, stacklevel=3)
+    _current = k

@@ -24,8 +24,8 @@ from dace.sdfg import SDFG
 
 from . import dace_compat as dc
 from . import errors
-from .errors import CommunicatorSizeError, DistributedLoweringError, InputError, SymbolicSizeError
-from .runtime import DistributedProgram, compile_distributed, idle_bcast, symbol_values
+from .errors import DistributedLoweringError, InputError, SymbolicSizeError
+from .runtime import DistributedProgram, compile_distributed, idle_bcast
 from .schedule import Schedule
 
 __all__ = ["Deferred", "DeferredProgram", "defer", "planned"]
@@ -141,6 +141,7 @@ class DeferredProgram(DistributedProgram):
         self.comm = comm
         self.verbose = verbose
         self._plans = {}
+        self._signatures = {}
         self._by_sizes: Dict[SizeKey, DistributedProgram] = {}
         self._by_schedule: Dict[str, DistributedProgram] = {}
 
@@ -186,25 +187,12 @@ class DeferredProgram(DistributedProgram):
         return self.program_for(**sizes).layout(array, **sizes)
 
     def _call(self, kwargs):
-        comm, rank = self.comm, self.comm.rank
+        comm = self.comm
         error, values = None, None
-        if rank == 0:
-            try:
-                if self.lowered.nprocs > comm.size:
-                    raise CommunicatorSizeError(
-                        f"`{self.lowered.original_name}` is planned for {self.lowered.nprocs} ranks but the "
-                        f"communicator has {comm.size}: run with `mpiexec -n {self.lowered.nprocs}` or lower with "
-                        f"nprocs={comm.size}")
-                arrays = {k: v for k, v in kwargs.items()
-                          if isinstance(v, np.ndarray) and k not in self.lowered.boundary}
-                given = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k in self.sdfg.symbols}
-                values = symbol_values(self.sdfg, arrays, given)
-                msg = self._check_inputs(kwargs) or self._validate_arrays(arrays, values)
-                error = ("InputError", msg) if msg else None
-            except DistributedLoweringError as exc:
-                error = (type(exc).__name__, str(exc))
-            except Exception as exc:
-                error = ("InputError", f"{type(exc).__name__}: {exc}")
+        if comm.rank == 0:      # the same checks (and cache of checked signatures) as a lowered program's
+            arrays = {k: v for k, v in kwargs.items() if isinstance(v, np.ndarray) and k not in self.lowered.boundary}
+            given = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k in self.sdfg.symbols}
+            values, error = self._checked(kwargs, arrays, given, comm.size)
         error, values = comm.bcast((error, values), root=0)
         if error is not None:
             raise getattr(errors, error[0], InputError)(error[1])

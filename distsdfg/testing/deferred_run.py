@@ -15,7 +15,6 @@ the same file measures an older checkout too.
 """
 # No ``from __future__ import annotations``: DaCe reads the program's annotations as types.
 import json
-import resource
 import sys
 import traceback
 import tracemalloc
@@ -23,6 +22,8 @@ import warnings
 
 import dace
 import numpy as np
+
+from distsdfg.testing.placement_run import _peak_rss
 
 NB, NI, NHID, NO = (dace.symbol(s) for s in ("NB", "NI", "NHID", "NO"))
 
@@ -142,17 +143,6 @@ def run_mlp(comm, counts) -> dict:
 
 
 CASES = {"matmul": run_matmul, "mlp": run_mlp}
-
-
-def _peak_rss() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def measure_memory(comm, n: int, form: str) -> dict:

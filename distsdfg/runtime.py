@@ -363,11 +363,20 @@ def build_key(sdfg: SDFG) -> str:
     h.update(blas.configure().key().encode())
     for obj in codegen.generate_code(copy.deepcopy(sdfg)):
         h.update(obj.name.encode())
-        h.update(obj.clean_code.encode())
+        h.update(_include_order_free(obj.clean_code).encode())
     for name in sorted(os.listdir(INCLUDE_DIR)):
         with open(os.path.join(INCLUDE_DIR, name), "rb") as f:
             h.update(f.read())
     return h.hexdigest()
+
+
+def _include_order_free(code: str) -> str:
+    """``code`` with its ``#include`` lines sorted first: DaCe 1.0.2 emits the headers of a program's
+    library environments (MPI, MKL) in an order that differs between a fresh and an existing build
+    folder, which must not make an identical program rebuild."""
+    lines = code.splitlines()
+    includes = sorted(ln for ln in lines if ln.lstrip().startswith("#include"))
+    return "\n".join(includes + [ln for ln in lines if not ln.lstrip().startswith("#include")])
 
 
 def _cached(folder: str, key: str, name: str) -> bool:

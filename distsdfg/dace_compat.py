@@ -472,6 +472,22 @@ def mkl_link_library() -> List[str]:
     return list(blas_library().IntelMKL.cmake_libraries())
 
 
+def generate_code(sdfg: SDFG, validate: bool = True, rename_if_loaded: bool = False):
+    """(program, code objects): a copy of ``sdfg`` prepared as ``SDFG.compile`` prepares it (its build
+    folder fixed, scope connectors filled; renamed ``name_0``, ... if ``rename_if_loaded`` and a library of
+    its name is loaded in this process) and the code DaCe generates for it."""
+    import copy
+    from dace.codegen import codegen
+    program = copy.deepcopy(sdfg)
+    program.build_folder = sdfg.build_folder
+    index = 0
+    while rename_if_loaded and program.is_loaded():
+        program.name = f"{sdfg.name}_{index}"
+        index += 1
+    program.fill_scope_connectors()
+    return program, codegen.generate_code(program, validate=validate)
+
+
 def cxx_compiler() -> str:
     """The C++ compiler DaCe's CMake build uses: the configured one, else $CXX, else c++."""
     from dace.config import Config

@@ -14,6 +14,7 @@ from dace.sdfg import SDFG
 from . import blas
 from . import dace_compat as dc
 from . import errors
+from . import toolchain
 from .errors import CommunicatorSizeError, DistributedLoweringError, InputError
 from .lowering import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS, Lowered
 from .plan import ConcreteStep, encode_plan, evaluate, solve_homes, solve_step
@@ -350,18 +351,20 @@ def _log(msg: str, verbose: bool):
 STAMP = "distsdfg.stamp"
 
 
-def build_key(sdfg: SDFG) -> str:
-    """What a build depends on: the generated code, our runtime header, DaCe's version, the BLAS."""
-    import copy
+def build_key(sdfg: SDFG, code_objects=None) -> str:
+    """What a build depends on: the generated code, our runtime header, DaCe's version, the BLAS, the
+    compiler flags."""
     import hashlib
 
     import dace
-    from dace.codegen import codegen
 
     from .mpi.environment import INCLUDE_DIR
+    if code_objects is None:
+        code_objects = dc.generate_code(sdfg)[1]
     h = hashlib.sha1(dace.__version__.encode())
     h.update(blas.configure().key().encode())
-    for obj in codegen.generate_code(copy.deepcopy(sdfg)):
+    h.update(" ".join(toolchain.base_flags()).encode())
+    for obj in code_objects:
         h.update(obj.name.encode())
         h.update(_include_order_free(obj.clean_code).encode())
     for name in sorted(os.listdir(INCLUDE_DIR)):
@@ -448,7 +451,8 @@ def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
     from dace.sdfg.utils import load_precompiled_sdfg
     blas.check_program(sdfg)
     folder = sdfg.build_folder
-    key = build_key(sdfg)
+    program, objects = dc.generate_code(sdfg)           # generated once: for the key and the build
+    key = build_key(sdfg, objects)
     rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")
     if not rebuild and _cached(folder, key, sdfg.name):
         _log(f"{sdfg.name}: reusing the build in {folder} ({time.time() - t0:.1f}s)", verbose)
@@ -457,12 +461,14 @@ def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
         os.remove(os.path.join(folder, STAMP))
     except OSError:
         pass
+    if program.is_loaded():       # a library of this name is loaded here: build under another name
+        program, objects = dc.generate_code(sdfg, rename_if_loaded=True)
     _log(f"{sdfg.name}: generating and compiling C++ ...", verbose)
-    compiled = sdfg.compile(validate=True)
+    how = toolchain.build_program(program, objects, folder)
     with open(os.path.join(folder, STAMP), "w") as f:
         f.write(key)
-    _log(f"{sdfg.name}: compiled in {time.time() - t0:.1f}s", verbose)
-    return compiled, folder
+    _log(f"{sdfg.name}: compiled ({how}) in {time.time() - t0:.1f}s", verbose)
+    return load_precompiled_sdfg(folder), folder
 
 
 def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None,

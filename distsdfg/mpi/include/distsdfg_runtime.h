@@ -16,6 +16,8 @@
 // generated code passes to every step as a Fortran handle; rank 0 of it is the root. The runtime
 // talks on a private duplicate of it (see Context).
 #pragma once
+#ifndef DISTSDFG_RUNTIME_H
+#define DISTSDFG_RUNTIME_H
 #include <mpi.h>
 
 #include <algorithm>
@@ -848,27 +850,38 @@ void fill(const Step& s, T* local, int me) {
     Mem::fill(local, n, Ops<T>::identity(s.op()));
 }
 
+/// Runs step ``index`` of ``plan`` on local buffers that ``Mem`` can touch. (A class, so that a
+/// program can replace the host steps of an element type by a prebuilt library's:
+/// distsdfg_host_steps.h.)
+template <typename T, typename Mem>
+struct StepRunner {
+    static void run(const int64_t* plan, int64_t index, const T* src, T* dst, MPI_Comm comm) {
+        Step s{plan + plan[1 + index]};
+        Context& ctx = context(comm);
+        if (ctx.size != s.nranks())
+            throw std::runtime_error("distsdfg: the plan was made for " + std::to_string(s.nranks()) +
+                                     " ranks but the communicator has " + std::to_string(ctx.size));
+        Mem::begin();
+        switch (s.kind()) {
+            case SCATTER: scatter<T, Mem>(s, src, dst, ctx); break;
+            case GATHER: gather<T, Mem>(s, src, dst, ctx, false); break;
+            case REDUCE: gather<T, Mem>(s, src, dst, ctx, true); break;
+            case FILL: fill<T, Mem>(s, dst, ctx.rank); break;
+            case REDIST: redist<T, Mem>(Redist{s.t}, src, dst, ctx); break;
+            default: throw std::runtime_error("distsdfg: unknown step kind");
+        }
+        Mem::end();
+    }
+};
+
 /// Runs step ``index`` of ``plan`` (``plan[0]`` steps, ``plan[1 + i]`` the offset of step i) on
 /// local buffers that ``Mem`` can touch (HostMem: host memory; DeviceMem: device memory), over
 /// the caller's communicator ``comm``.
 template <typename T, typename Mem = HostMem>
 void run_step(const int64_t* plan, int64_t index, const T* src, T* dst, MPI_Comm comm) {
-    Step s{plan + plan[1 + index]};
-    Context& ctx = context(comm);
-    if (ctx.size != s.nranks())
-        throw std::runtime_error("distsdfg: the plan was made for " + std::to_string(s.nranks()) +
-                                 " ranks but the communicator has " + std::to_string(ctx.size));
-    Mem::begin();
-    switch (s.kind()) {
-        case SCATTER: scatter<T, Mem>(s, src, dst, ctx); break;
-        case GATHER: gather<T, Mem>(s, src, dst, ctx, false); break;
-        case REDUCE: gather<T, Mem>(s, src, dst, ctx, true); break;
-        case FILL: fill<T, Mem>(s, dst, ctx.rank); break;
-        case REDIST: redist<T, Mem>(Redist{s.t}, src, dst, ctx); break;
-        default: throw std::runtime_error("distsdfg: unknown step kind");
-    }
-    Mem::end();
+    StepRunner<T, Mem>::run(plan, index, src, dst, comm);
 }
 
 }  // namespace
 }  // namespace distsdfg
+#endif  // DISTSDFG_RUNTIME_H

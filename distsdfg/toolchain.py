@@ -28,7 +28,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 

@@ -467,7 +467,7 @@ def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
     how = toolchain.build_program(program, objects, folder)
     with open(os.path.join(folder, STAMP), "w") as f:
         f.write(key)
-    _log(f"{sdfg.name}: compiled ({how}) in {time.time() - t0:.1f}s", verbose)
+    _log(f"{sdfg.name}: compiled in {time.time() - t0:.1f}s ({how})", verbose)
     return load_precompiled_sdfg(folder), folder
 
 

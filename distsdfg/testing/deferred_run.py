@@ -51,13 +51,14 @@ def _rel(a, b) -> float:
 
 
 class Counts:
-    """How often this rank planned, lowered a copy, and ran DaCe's compiler (a C++ build)."""
+    """How often this rank planned, lowered a copy, and built a program (C++ compile)."""
 
     def __init__(self):
+        from distsdfg import toolchain
         from distsdfg.deferred import Deferred
         self.n = {"plan": 0, "lower": 0, "build": 0}
         for cls, name, key in ((Deferred, "plan", "plan"), (Deferred, "lower", "lower"),
-                               (dace.SDFG, "compile", "build")):
+                               (toolchain, "build_program", "build")):
             self._wrap(cls, name, key)
 
     def _wrap(self, cls, name, key):

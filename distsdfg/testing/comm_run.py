@@ -11,7 +11,7 @@
 * A communicator of one rank refuses the two-rank matmul (``CommunicatorSizeError``).
 
 Every result is checked against NumPy on the root of its own communicator. With the PMPI byte
-counter preloaded (``benchmarks/pmpi``), every call's bytes per rank are measured too (the
+counter preloaded (``distsdfg/testing/pmpi.py``), every call's bytes per rank are measured too (the
 program's own pickled messages on its communicator counted apart) and set beside comm_report's.
 World rank 0 gathers the records and writes them as JSON.
 """
@@ -36,7 +36,7 @@ def _counters():
     import os
     if "libbytecount" not in os.environ.get("LD_PRELOAD", ""):
         return None
-    from benchmarks.pmpi import Counters, preloaded
+    from distsdfg.testing.pmpi import Counters, preloaded
     return Counters(preloaded())
 
 

@@ -478,3 +478,11 @@ def cxx_compiler() -> str:
     import shutil
     exe = Config.get("compiler", "cpu", "executable") or os.environ.get("CXX") or "c++"
     return shutil.which(exe) or exe
+
+
+def fresh_return_arrays(compiled) -> None:
+    """Make the next call of a DaCe ``CompiledSDFG`` allocate new return arrays (DaCe 1.0.2 reuses
+    them between calls of equal sizes), so that the caller may keep them without a copy."""
+    clear = getattr(compiled, "clear_return_values", None)
+    if clear is not None:
+        clear()

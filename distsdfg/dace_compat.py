@@ -1,6 +1,7 @@
 """Adapter: every DaCe-version-sensitive call (written against dace 1.0.2) lives here."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -486,3 +487,23 @@ def fresh_return_arrays(compiled) -> None:
     clear = getattr(compiled, "clear_return_values", None)
     if clear is not None:
         clear()
+
+
+#: CMake build type of the ranks' code when the user kept DaCe's default (``RelWithDebInfo``, whose
+#: ``-O2`` comes after DaCe's ``-O3`` on the compiler line and wins: GCC 12 then vectorizes only
+#: loops of known trip counts without epilogues, not reductions or ``exp`` chains).
+BUILD_TYPE = "Release"
+
+
+@contextlib.contextmanager
+def release_build():
+    """Build with ``-O3`` (``compiler.build_type = Release``) unless the user chose a build type
+    other than DaCe's default (``DISTSDFG_BUILD_TYPE`` overrides); restored afterwards."""
+    from dace.config import Config
+    old = Config.get("compiler", "build_type")
+    want = os.environ.get("DISTSDFG_BUILD_TYPE") or (BUILD_TYPE if old == "RelWithDebInfo" else old)
+    Config.set("compiler", "build_type", value=want)
+    try:
+        yield want
+    finally:
+        Config.set("compiler", "build_type", value=old)

@@ -366,8 +366,10 @@ def build_key(sdfg: SDFG) -> str:
     from dace.codegen import codegen
 
     from .mpi.environment import INCLUDE_DIR
+    from dace.config import Config
     h = hashlib.sha1(dace.__version__.encode())
     h.update(blas.configure().key().encode())
+    h.update(str(Config.get("compiler", "build_type")).encode())
     for obj in codegen.generate_code(copy.deepcopy(sdfg)):
         h.update(obj.name.encode())
         h.update(_include_order_free(obj.clean_code).encode())
@@ -443,7 +445,7 @@ def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
     on the next run rather than loaded half-made; builders of one folder take turns (``build_lock``).
     """
     t0 = time.time()
-    with build_lock(sdfg.build_folder):
+    with build_lock(sdfg.build_folder), dc.release_build():
         if getattr(getattr(sdfg, "_distsdfg", None), "target", "cpu") == "gpu":
             from .gpu import build_settings
             with build_settings(sdfg.build_folder):

@@ -16,7 +16,8 @@ Steps 1 to 3 apply to straight-line programs with root placement (see ``optimize
    argument or result it gathers to) is removed and the kernel reads and writes the argument
    itself (``alias_whole_blocks``): no copy, no full-size temporary. The program then runs on
    rank 0 alone; other ranks of a larger communicator return None.
-4. ``Reduce`` library nodes expand to DaCe's ``pure-seq`` implementation (a map over the kept
+4. ``Reduce`` library nodes expand to DaCe's ``pure-seq`` implementation, its accumulator read out by
+   value (``dace_compat.sequential_reduce``: the inner loop vectorizes) (a map over the kept
    axes around a sequential loop over the reduced ones), several times faster than the
    default ``pure`` expansion, which accumulates every element through a write-conflict
    resolution.
@@ -69,8 +70,12 @@ def fuse_maps(sdfg: SDFG) -> int:
 
 
 def fast_reductions(sdfg: SDFG) -> int:
-    """Give every plain ``Reduce`` node the ``pure-seq`` expansion; returns how many changed."""
+    """Give every plain ``Reduce`` node the sequential expansion (``dace_compat.sequential_reduce``:
+    DaCe's ``pure-seq`` with a vectorizable inner loop); returns how many changed."""
     from dace.libraries.standard import Reduce
+
+    from . import dace_compat as dc
+    impl = dc.sequential_reduce()
     n = 0
     for node, state in sdfg.all_nodes_recursive():
         if not isinstance(node, Reduce) or node.implementation not in (None, "pure"):
@@ -80,7 +85,7 @@ def fast_reductions(sdfg: SDFG) -> int:
         outs = state.out_edges(node)
         if len(outs) != 1 or outs[0].data.wcr is not None:
             continue
-        node.implementation = "pure-seq"
+        node.implementation = impl
         n += 1
     return n
 

@@ -13,6 +13,8 @@ from dace import dtypes, subsets, symbolic
 from dace.sdfg import SDFG, SDFGState, nodes
 from dace.sdfg import propagation as _propagation
 from dace.sdfg import utils as sdutil
+import dace.library
+from dace.transformation.transformation import ExpandTransformation
 
 __all__ = [
     "simplify", "repair_init_accumulate_races", "propagate", "reduction_op", "force_pure_expansion",
@@ -513,32 +515,33 @@ def release_build():
 SEQ_REDUCE = "distsdfg-seq"
 
 
+@dace.library.expansion
+class ExpandReduceSequentialByValue(ExpandTransformation):
+    """DaCe's ``pure-seq`` Reduce expansion (a map over the kept axes around a sequential loop over
+    the reduced ones, accumulating in a one-element register array) whose accumulator a tasklet
+    reads out by value. DaCe 1.0.2 copies it out with ``CopyND``, which takes its address, and
+    GCC then keeps it in memory and does not vectorize the loop. At module level so that an SDFG's
+    transformation history naming it deserializes (``pydoc.locate``)."""
+    environments = []
+
+    @staticmethod
+    def expansion(node, state, sdfg):
+        from dace.libraries.standard.nodes.reduce import ExpandReducePureSequentialDim
+        nsdfg = ExpandReducePureSequentialDim.expansion(node, state, sdfg)
+        for st in nsdfg.states():
+            for e in list(st.edges()):
+                if (isinstance(e.src, nodes.AccessNode) and e.src.data == "acc"
+                        and isinstance(e.dst, nodes.MapExit) and e.data.wcr is None):
+                    t = st.add_tasklet("read_acc", {"_a"}, {"_o"}, "_o = _a")
+                    st.add_edge(e.src, None, t, "_a", dace.Memlet("acc[0]"))
+                    st.add_edge(t, "_o", e.dst, e.dst_conn, e.data)
+                    st.remove_edge(e)
+        return nsdfg
+
+
 def sequential_reduce() -> str:
-    """Register (once) and name a Reduce expansion: DaCe's ``pure-seq`` (a map over the kept axes
-    around a sequential loop over the reduced ones, accumulating in a one-element register array)
-    whose accumulator a tasklet reads out by value. DaCe 1.0.2 copies it out with ``CopyND``,
-    which takes its address, and GCC then keeps it in memory and does not vectorize the loop."""
-    from dace.libraries.standard.nodes.reduce import ExpandReducePureSequentialDim, Reduce
-    from dace.transformation.transformation import ExpandTransformation
-    if SEQ_REDUCE in Reduce.implementations:
-        return SEQ_REDUCE
-
-    @dace.library.expansion
-    class ExpandReduceSequentialByValue(ExpandTransformation):
-        environments = []
-
-        @staticmethod
-        def expansion(node, state, sdfg):
-            nsdfg = ExpandReducePureSequentialDim.expansion(node, state, sdfg)
-            for st in nsdfg.states():
-                for e in list(st.edges()):
-                    if (isinstance(e.src, nodes.AccessNode) and e.src.data == "acc"
-                            and isinstance(e.dst, nodes.MapExit) and e.data.wcr is None):
-                        t = st.add_tasklet("read_acc", {"_a"}, {"_o"}, "_o = _a")
-                        st.add_edge(e.src, None, t, "_a", dace.Memlet("acc[0]"))
-                        st.add_edge(t, "_o", e.dst, e.dst_conn, e.data)
-                        st.remove_edge(e)
-            return nsdfg
-
-    Reduce.register_implementation(SEQ_REDUCE, ExpandReduceSequentialByValue)
+    """Register (once) and name the Reduce implementation ``ExpandReduceSequentialByValue``."""
+    from dace.libraries.standard.nodes.reduce import Reduce
+    if SEQ_REDUCE not in Reduce.implementations:
+        Reduce.register_implementation(SEQ_REDUCE, ExpandReduceSequentialByValue)
     return SEQ_REDUCE

@@ -19,7 +19,7 @@ import numpy as np
 from mpi4py import MPI
 
 import distsdfg
-from distsdfg.lowering import PLAN_ARRAY, PLAN_LEN
+from distsdfg.lowering import COMM_ARG, PLAN_ARRAY, PLAN_LEN
 
 from . import handwritten
 from .workloads import elementwise, elementwise_ref, softmax, softmax_ref
@@ -101,7 +101,7 @@ def overhead(comm, reps, optimize=True):
     x, y = np.ones(16), np.ones(16)
     fn(x=x, y=y)
     table, _, _, _ = fn.plan({"N": 16})
-    direct_args = dict(x=x, y=y, N=16, **{PLAN_ARRAY: table, PLAN_LEN: int(table.shape[0])})
+    direct_args = dict(x=x, y=y, N=16, **{PLAN_ARRAY: table, PLAN_LEN: int(table.shape[0]), COMM_ARG: fn._fcomm})
     for kg in fn.lowered.kernels:
         for s in kg.rank_syms:
             if s:

@@ -105,7 +105,7 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
             return defer(sdfg, nprocs, exc.symbol, target=target, comm=comm, placement=placement,
                          plan_options=plan_options, optimize=optimize)
     return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement, comm=comm,
-                      optimize=optimize)
+                      optimize=optimize, nprocs=nprocs)
 
 
 def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=None,  # noqa: A001
@@ -141,5 +141,6 @@ def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=
         low = lowered_of(sdfg)
         original = dc.from_json(low.source)
         if placed_arrays(original, placement) != set(low.boundary):
-            sdfg = lower_sdfg(original, low.schedule, target=low.target, placement=placement, comm=low.comm)
+            sdfg = lower_sdfg(original, low.schedule, target=low.target, placement=placement, comm=low.comm,
+                              nprocs=1 if low.rank0_only else None)
     return compile_distributed(sdfg, comm=comm, verbose=verbose, threads_per_rank=threads_per_rank)

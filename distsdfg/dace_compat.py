@@ -1,6 +1,7 @@
 """Adapter: every DaCe-version-sensitive call (written against dace 1.0.2) lives here."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -12,6 +13,8 @@ from dace import dtypes, subsets, symbolic
 from dace.sdfg import SDFG, SDFGState, nodes
 from dace.sdfg import propagation as _propagation
 from dace.sdfg import utils as sdutil
+import dace.library
+from dace.transformation.transformation import ExpandTransformation
 
 __all__ = [
     "simplify", "repair_init_accumulate_races", "propagate", "reduction_op", "force_pure_expansion",
@@ -494,3 +497,67 @@ def cxx_compiler() -> str:
     import shutil
     exe = Config.get("compiler", "cpu", "executable") or os.environ.get("CXX") or "c++"
     return shutil.which(exe) or exe
+
+
+def fresh_return_arrays(compiled) -> None:
+    """Make the next call of a DaCe ``CompiledSDFG`` allocate new return arrays (DaCe 1.0.2 reuses
+    them between calls of equal sizes), so that the caller may keep them without a copy."""
+    clear = getattr(compiled, "clear_return_values", None)
+    if clear is not None:
+        clear()
+
+
+#: CMake build type of the ranks' code when the user kept DaCe's default (``RelWithDebInfo``, whose
+#: ``-O2`` comes after DaCe's ``-O3`` on the compiler line and wins: GCC 12 then vectorizes only
+#: loops of known trip counts without epilogues, not reductions or ``exp`` chains).
+BUILD_TYPE = "Release"
+
+
+@contextlib.contextmanager
+def release_build():
+    """Build with ``-O3`` (``compiler.build_type = Release``) unless the user chose a build type
+    other than DaCe's default (``DISTSDFG_BUILD_TYPE`` overrides); restored afterwards."""
+    from dace.config import Config
+    old = Config.get("compiler", "build_type")
+    want = os.environ.get("DISTSDFG_BUILD_TYPE") or (BUILD_TYPE if old == "RelWithDebInfo" else old)
+    Config.set("compiler", "build_type", value=want)
+    try:
+        yield want
+    finally:
+        Config.set("compiler", "build_type", value=old)
+
+
+#: The Reduce implementation ``distsdfg.optimize`` gives plain reductions (``sequential_reduce``).
+SEQ_REDUCE = "distsdfg-seq"
+
+
+@dace.library.expansion
+class ExpandReduceSequentialByValue(ExpandTransformation):
+    """DaCe's ``pure-seq`` Reduce expansion (a map over the kept axes around a sequential loop over
+    the reduced ones, accumulating in a one-element register array) whose accumulator a tasklet
+    reads out by value. DaCe 1.0.2 copies it out with ``CopyND``, which takes its address, and
+    GCC then keeps it in memory and does not vectorize the loop. At module level so that an SDFG's
+    transformation history naming it deserializes (``pydoc.locate``)."""
+    environments = []
+
+    @staticmethod
+    def expansion(node, state, sdfg):
+        from dace.libraries.standard.nodes.reduce import ExpandReducePureSequentialDim
+        nsdfg = ExpandReducePureSequentialDim.expansion(node, state, sdfg)
+        for st in nsdfg.states():
+            for e in list(st.edges()):
+                if (isinstance(e.src, nodes.AccessNode) and e.src.data == "acc"
+                        and isinstance(e.dst, nodes.MapExit) and e.data.wcr is None):
+                    t = st.add_tasklet("read_acc", {"_a"}, {"_o"}, "_o = _a")
+                    st.add_edge(e.src, None, t, "_a", dace.Memlet("acc[0]"))
+                    st.add_edge(t, "_o", e.dst, e.dst_conn, e.data)
+                    st.remove_edge(e)
+        return nsdfg
+
+
+def sequential_reduce() -> str:
+    """Register (once) and name the Reduce implementation ``ExpandReduceSequentialByValue``."""
+    from dace.libraries.standard.nodes.reduce import Reduce
+    if SEQ_REDUCE not in Reduce.implementations:
+        Reduce.register_implementation(SEQ_REDUCE, ExpandReduceSequentialByValue)
+    return SEQ_REDUCE

@@ -80,7 +80,7 @@ class Deferred:
         """A fresh copy of the original SDFG lowered with ``schedule``."""
         from .lowering import lower_sdfg
         return lower_sdfg(dc.from_json(self.source), schedule, target=self.target, placement=self.placement,
-                          comm=self.comm, optimize=self.optimize)
+                          comm=self.comm, optimize=self.optimize, nprocs=self.nprocs)
 
     def copy_for(self, values: Dict[str, int], what: str) -> SDFG:
         """A lowered copy planned for ``values`` (cached), for reports; refuses missing sizes."""

@@ -60,6 +60,9 @@ class Lowered:
     # Where communication steps find their local buffers: "host" (the CPU target, or GPU buffers
     # staged through pinned host copies), "device" (GPU buffers to a CUDA-aware MPI), "emulated".
     comm: str = "host"
+    # Lowered for one rank with whole arrays aliased (distsdfg.optimize.alias_whole_blocks): the
+    # program runs on rank 0 alone over a one-rank communicator; other ranks return None.
+    rank0_only: bool = False
 
     @property
     def nprocs(self) -> int:
@@ -544,11 +547,13 @@ def _refuse_split(k, grids) -> None:
 
 
 def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host",
-               optimize: Optional[bool] = None) -> SDFG:
+               optimize: Optional[bool] = None, nprocs: Optional[int] = None) -> SDFG:
     """``comm``: where communication steps find their local buffers (``Lowered.comm``): "host",
     "device" (target gpu: GPU buffers to a CUDA-aware MPI) or "emulated" (target cpu: the device
     code path over host memory, for tests). ``optimize``: optimise the ranks' kernels after
-    tiling (``distsdfg.optimize``; None: on unless ``DISTSDFG_OPTIMIZE=0``)."""
+    tiling (``distsdfg.optimize``; None: on unless ``DISTSDFG_OPTIMIZE=0``). ``nprocs``: the
+    number of ranks the caller planned for (``lower(sdfg, "auto", nprocs=P)``); with 1, whole
+    arrays are not copied into local buffers and the program runs on rank 0 alone."""
     from .placement import placed_arrays
     if (comm, target) not in (("host", "cpu"), ("host", "gpu"), ("device", "gpu"), ("emulated", "cpu")):
         raise DistributedLoweringError(f"comm={comm!r} does not go with target={target!r}: device buffers need "
@@ -607,14 +612,18 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
                                  kp.grid, tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid))))
     original = sdfg.name
     tag = target if comm == "host" else f"{target}+{comm}"
+    from .optimize import enabled
+    one_rank = nprocs == 1 and target == "cpu" and comm == "host" and enabled(optimize)
+    if one_rank:
+        tag += "+one-rank"
     sdfg.name = f"{original}_d{_schedule_hash(original, schedule, tag, sorted(placed))}"
     sdfg._distsdfg = Lowered(schedule.with_sdfg(original) if schedule.sdfg is None else schedule, original,
                              rw.steps, kgrids, even_checks, target, getattr(rw, "home_specs", list)(),
                              dict(getattr(rw, "boundary", {})), source, comm=comm)
     if target == "cpu":
-        from .optimize import enabled, optimize_lowered
+        from .optimize import optimize_lowered
         if enabled(optimize):
-            optimize_lowered(sdfg, sdfg._distsdfg, straight=linear and not placed)
+            optimize_lowered(sdfg, sdfg._distsdfg, straight=linear and not placed, one_rank=one_rank)
     if target == "gpu":
         from .gpu import OffloadKernels
         if sdfg._distsdfg.homes:

@@ -5,13 +5,19 @@
 ``DistributedMemlet`` keeps the buffers it reads and writes, and a buffer some step or
 another state uses is never removed. What changes:
 
-Steps 1 and 2 apply to straight-line programs with root placement (see ``optimize_lowered``).
+Steps 1 to 3 apply to straight-line programs with root placement (see ``optimize_lowered``).
 
 1. Kernels on the same process grid share their rank-coordinate symbols (a rank has the same
    coordinates in equal grids), so their tiled map ranges become equal expressions.
 2. DaCe's ``MapFusion`` merges chains of element-wise maps with equal ranges; a local buffer
    only the fused maps used disappears (one pass over memory instead of one per operation).
-3. ``Reduce`` library nodes expand to DaCe's ``pure-seq`` implementation (a map over the kept
+3. With one rank (``lower(sdfg, "auto", nprocs=1)``; ``Lowered.rank0_only``), a step that would
+   copy a whole argument into a kernel's local buffer (or a whole local result into the
+   argument or result it gathers to) is removed and the kernel reads and writes the argument
+   itself (``alias_whole_blocks``): no copy, no full-size temporary. The program then runs on
+   rank 0 alone; other ranks of a larger communicator return None.
+4. ``Reduce`` library nodes expand to DaCe's ``pure-seq`` implementation, its accumulator read out by
+   value (``dace_compat.sequential_reduce``: the inner loop vectorizes) (a map over the kept
    axes around a sequential loop over the reduced ones), several times faster than the
    default ``pure`` expansion, which accumulates every element through a write-conflict
    resolution.
@@ -24,7 +30,7 @@ from typing import Dict, List
 
 from dace.sdfg import SDFG
 
-__all__ = ["optimize_lowered", "enabled"]
+__all__ = ["optimize_lowered", "enabled", "alias_whole_blocks"]
 
 
 def enabled(optimize) -> bool:
@@ -64,8 +70,12 @@ def fuse_maps(sdfg: SDFG) -> int:
 
 
 def fast_reductions(sdfg: SDFG) -> int:
-    """Give every plain ``Reduce`` node the ``pure-seq`` expansion; returns how many changed."""
+    """Give every plain ``Reduce`` node the sequential expansion (``dace_compat.sequential_reduce``:
+    DaCe's ``pure-seq`` with a vectorizable inner loop); returns how many changed."""
     from dace.libraries.standard import Reduce
+
+    from . import dace_compat as dc
+    impl = dc.sequential_reduce()
     n = 0
     for node, state in sdfg.all_nodes_recursive():
         if not isinstance(node, Reduce) or node.implementation not in (None, "pure"):
@@ -75,14 +85,118 @@ def fast_reductions(sdfg: SDFG) -> int:
         outs = state.out_edges(node)
         if len(outs) != 1 or outs[0].data.wcr is not None:
             continue
-        node.implementation = "pure-seq"
+        node.implementation = impl
         n += 1
     return n
 
 
-def optimize_lowered(sdfg: SDFG, low, *, straight: bool) -> Dict[str, int]:
+def _same(a, b) -> bool:
+    """Two shapes (or stride tuples) provably equal."""
+    from dace import symbolic
+    if len(a) != len(b):
+        return False
+    return all(symbolic.simplify(symbolic.pystr_to_symbolic(str(x)) - symbolic.pystr_to_symbolic(str(y))) == 0
+               for x, y in zip(a, b))
+
+
+def _rename_edges(state, edges, old: str, new: str) -> None:
+    for e in edges:
+        for t in state.memlet_tree(e):
+            if t.data.data == old:
+                t.data.data = new
+
+
+def alias_whole_blocks(sdfg: SDFG, low) -> int:
+    """One rank: drop the scatter, gather and one-rank reduce steps between a whole argument (or
+    result) and a kernel's local buffer of the same shape; the kernel uses the argument's memory.
+
+    Only where that cannot change a value: an input the program never writes, a result written
+    once and never read, a local buffer used in the step's state only (by the kernel and the step).
+    Returns how many steps were removed; the others keep their copies."""
+    from dace import data as dt
+    from dace.sdfg import nodes
+
+    from .mpi import DistributedMemlet
+    specs = {s.index: s for s in low.steps}
+    reads: Dict[str, int] = {}
+    writes: Dict[str, int] = {}
+    where: Dict[str, set] = {}
+    for st in sdfg.all_states():
+        for n in st.data_nodes():
+            reads[n.data] = reads.get(n.data, 0) + st.out_degree(n)
+            writes[n.data] = writes.get(n.data, 0) + st.in_degree(n)
+            where.setdefault(n.data, set()).add(id(st))
+    removed = []
+    for st in sdfg.states():
+        for node in list(st.nodes()):
+            if not isinstance(node, DistributedMemlet):
+                continue
+            spec = specs.get(node.step)
+            if spec is None or spec.kind not in ("scatter", "gather", "reduce") or getattr(spec, "acc", False):
+                continue
+            ins = [e for e in st.in_edges(node) if e.dst_conn == "_in"]
+            outs = [e for e in st.out_edges(node) if e.src_conn == "_out"]
+            if len(ins) != 1 or len(outs) != 1:
+                continue
+            src, dst = ins[0].src, outs[0].dst
+            glob, loc = (src, dst) if spec.kind == "scatter" else (dst, src)
+            if not (isinstance(glob, nodes.AccessNode) and isinstance(loc, nodes.AccessNode)):
+                continue
+            gd, ld = sdfg.arrays[glob.data], sdfg.arrays[loc.data]
+            if (not ld.transient or type(ld) is not dt.Array or where.get(loc.data) != {id(st)}
+                    or not isinstance(gd, dt.Array) or gd.dtype != ld.dtype or ld.storage != gd.storage
+                    or any(str(o) != "0" for o in spec.origin)
+                    or not _same(gd.shape, ld.shape) or not _same(gd.strides, ld.strides)):
+                continue
+            if isinstance(gd, dt.View):
+                # a result's view: its only other edge goes to the argument it views, which nothing reads
+                others = [e for e in st.all_edges(glob) if e is not outs[0]]
+                base = others[0].dst if len(others) == 1 and others[0].src is glob else None
+                if (spec.kind == "scatter" or base is None or not isinstance(base, nodes.AccessNode)
+                        or sdfg.arrays[base.data].transient or reads.get(base.data, 0) or writes.get(base.data) != 1
+                        or writes.get(glob.data) != 1):
+                    continue
+            elif gd.transient:
+                continue
+            elif spec.kind == "scatter":
+                if writes.get(glob.data, 0) or st.out_degree(glob) != 1:
+                    continue
+            elif reads.get(glob.data, 0) or writes.get(glob.data) != 1 or st.in_degree(glob) != 1:
+                continue
+            locs = [n for n in st.data_nodes() if n.data == loc.data]
+            if spec.kind == "scatter":
+                if any(n is not loc and st.in_degree(n) for n in locs):
+                    continue
+                moved = []
+                for n in locs:
+                    for e in list(st.out_edges(n)):
+                        moved.append(st.add_edge(glob, None, e.dst, e.dst_conn, e.data))
+                        st.remove_edge(e)
+                _rename_edges(st, moved, loc.data, glob.data)
+            else:
+                if len(locs) != 1 or st.out_degree(loc) != 1:
+                    continue
+                moved = []
+                for e in list(st.in_edges(loc)):
+                    moved.append(st.add_edge(e.src, e.src_conn, glob, None, e.data))
+                    st.remove_edge(e)
+                _rename_edges(st, moved, loc.data, glob.data)
+            feeds = [e.src for e in st.in_edges(node) if e.dst_conn in ("_plan", "_comm")]
+            st.remove_node(node)
+            for n in locs + feeds:
+                if n in st.nodes() and st.degree(n) == 0:
+                    st.remove_node(n)
+            if loc.data in sdfg.arrays and not any(n.data == loc.data for s in sdfg.all_states() for n in s.data_nodes()):
+                sdfg.remove_data(loc.data, validate=False)
+            removed.append(spec.index)
+    return len(removed)
+
+
+def optimize_lowered(sdfg: SDFG, low, *, straight: bool, one_rank: bool = False) -> Dict[str, int]:
     """Optimise the ranks' kernels of a lowered CPU program in place; returns what was done.
 
+    ``one_rank``: lowered for one rank (``lower(..., "auto", nprocs=1)``): steps between whole
+    arrays are removed and the program runs on rank 0 alone (``alias_whole_blocks``).
     ``straight``: a program without loops, branches or distributed placement. Only those are
     fused: DaCe 1.0.2's MapFusion leaves invalid SDFGs behind on stencils in loops (home
     buffers), so programs with home buffers keep their maps (reductions are still expanded
@@ -106,5 +220,8 @@ def optimize_lowered(sdfg: SDFG, low, *, straight: bool) -> Dict[str, int]:
             done["shared_symbols"] = len(share_rank_symbols(sdfg, low.kernels))
             done["fused"] = fuse_maps(sdfg)
             dc.remove_unused_transients(sdfg, before)
+    if one_rank and straight and not low.homes and not low.boundary and low.nprocs == 1:
+        done["aliased"] = alias_whole_blocks(sdfg, low)
+        low.rank0_only = True
     done["reductions"] = fast_reductions(sdfg)
     return done

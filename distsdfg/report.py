@@ -40,7 +40,7 @@ def _solved(sdfg: SDFG, nprocs, symbols, what: str):
     planned at its first call is planned for these sizes."""
     values = _values(sdfg, symbols, what)
     low = lowered_of(planned(sdfg, values, what))
-    P = _ranks(low, nprocs, what)
+    P = 1 if getattr(low, "rank0_only", False) else _ranks(low, nprocs, what)   # runs on rank 0 alone
     try:
         return low, values, solve_plan(low, values, P)
     except KeyError as exc:

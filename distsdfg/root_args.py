@@ -85,11 +85,16 @@ class RootArguments:
                 else:
                     call[name] = arr
 
-    def results(self, out, rank: int):
-        """The caller's copy of the program's results: None on non-root ranks for results at rank 0."""
+    def nothing(self):
+        """What a rank that does not run a rank-0-only program returns (None per result)."""
+        return tuple(None for _ in self.returns) if len(self.returns) > 1 else None
+
+    def results(self, out, rank: int, copy: bool = True):
+        """The caller's copy of the program's results: None on non-root ranks for results at rank 0.
+        ``copy=False``: ``out`` is fresh memory (``dace_compat.fresh_return_arrays``), handed over."""
         many = isinstance(out, tuple)
         outs = list(out) if many else [out]
         names = self.returns if len(self.returns) == len(outs) else [None] * len(outs)
         done = [None if rank != 0 and name is not None and name not in self.placed
-                else np.copy(o) if isinstance(o, np.ndarray) else o for name, o in zip(names, outs)]
+                else np.copy(o) if copy and isinstance(o, np.ndarray) else o for name, o in zip(names, outs)]
         return tuple(done) if many else done[0]

@@ -109,6 +109,9 @@ class DistributedProgram:
         self.comm = comm
         # Every communication step talks on this communicator (its ranks are the plan's ranks).
         self._fcomm = int(comm.py2f())
+        if self.lowered.rank0_only:     # runs on rank 0 alone (distsdfg.optimize.alias_whole_blocks)
+            from mpi4py import MPI
+            self._fcomm = int(MPI.COMM_SELF.py2f())
         self._plans: Dict[Tuple, Tuple[np.ndarray, List[ConcreteStep]]] = {}
         self._signatures: Dict[Tuple, Dict[str, Any]] = {}    # checked call signatures -> symbol values
 
@@ -175,8 +178,9 @@ class DistributedProgram:
         """(plan table, solved steps, symbols of this rank's home buffers) for concrete sizes."""
         key = tuple(sorted((k, v) for k, v in values.items() if isinstance(v, (int, np.integer))))
         if key not in self._plans:
-            steps = solve_plan(self.lowered, values, self.comm.size)
-            homes = solve_homes(self.lowered.homes, values, self.comm.size)
+            size = 1 if self.lowered.rank0_only else self.comm.size
+            steps = solve_plan(self.lowered, values, size)
+            homes = solve_homes(self.lowered.homes, values, size)
             syms: Dict[str, int] = {}
             for h in homes.values():
                 syms.update(h.symbols(self.comm.rank))
@@ -314,6 +318,8 @@ class DistributedProgram:
         if error is not None:
             raise getattr(errors, error[0], InputError)(error[1])
         kwargs.update(scalars)
+        if self.lowered.rank0_only and rank != 0:
+            return self._root_args.nothing()
         table, _, home_syms, blocks = self.plan(values)
         if blocks:      # distributed placement: every rank checks its own blocks, all agree
             msgs = [m for m in comm.allgather(self._check_blocks(kwargs, blocks)) if m]
@@ -330,12 +336,13 @@ class DistributedProgram:
         call[COMM_ARG] = self._fcomm
         self._reinitialise_if_sizes_changed(call)
         blas.use_threads(self.threads_per_rank)
+        dc.fresh_return_arrays(self._compiled)     # results are handed over, not copied
         if blocks:      # a rank's block is often a view (a slice of a memory map); checked contiguous above
             with dc.allow_view_arguments():
                 out = self._compiled(**call)
         else:
             out = self._compiled(**call)
-        return self._root_args.results(out, rank)
+        return self._root_args.results(out, rank, copy=False)
 
     @functools.cached_property
     def _root_args(self):
@@ -439,7 +446,7 @@ def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
     on the next run rather than loaded half-made; builders of one folder take turns (``build_lock``).
     """
     t0 = time.time()
-    with build_lock(sdfg.build_folder):
+    with build_lock(sdfg.build_folder), dc.release_build():
         if getattr(getattr(sdfg, "_distsdfg", None), "target", "cpu") == "gpu":
             from .gpu import build_settings
             with build_settings(sdfg.build_folder):

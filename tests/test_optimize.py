@@ -8,6 +8,7 @@ from dace.libraries.standard import Reduce
 from dace.sdfg import nodes
 
 import distsdfg
+from distsdfg import dace_compat as dc
 from distsdfg.testing.programs import get
 
 
@@ -69,7 +70,7 @@ def test_different_grids_keep_their_own_rank_symbols():
 def test_reductions_get_the_sequential_expansion():
     fused = _lowered("softmax", {"*": (1, 1, 1, 4)}, True)
     impls = [n.implementation for n, _ in fused.all_nodes_recursive() if isinstance(n, Reduce)]
-    assert impls and all(i == "pure-seq" for i in impls)
+    assert impls and all(i == dc.SEQ_REDUCE for i in impls)
     plain = _lowered("softmax", {"*": (1, 1, 1, 4)}, False)
     assert all(n.implementation in (None, "pure") for n, _ in plain.all_nodes_recursive() if isinstance(n, Reduce))
 

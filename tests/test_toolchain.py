@@ -87,7 +87,7 @@ def test_a_program_is_built_directly_and_runs(tmp_path, monkeypatch):
     build = os.path.join(sdfg.build_folder, "build")
     assert not os.path.exists(os.path.join(build, "CMakeCache.txt"))
     script = open(os.path.join(build, "distsdfg_compile.sh")).read()
-    assert "-O2" in script and " -g " not in script
+    assert "-O3 -DNDEBUG" in script and " -g " not in script      # Release (dace_compat.release_build)
     decl = open(os.path.join(sdfg.build_folder, "include", "distsdfg_host_steps_decl.h")).read()
     assert "DISTSDFG_DECLARE_HOST_STEP(double," in decl and "DISTSDFG_DECLARE_HOST_STEP(float," in decl
     lib = os.path.join(build, f"lib{sdfg.name}.so")

@@ -181,9 +181,65 @@ class IndependentLoopToMap(LoopToMap):
         # maps (their shapes depend on the loop variable); an empty second state makes it nest
         # the body as a nested SDFG, which handles them.
         body = self.loop_body()
+        itervar = self.loop_information()[0]
         if len(body) == 1:
             sdfg.add_state_after(body[0], label=f"{body[0].label}_end")
-        return super().apply(graph, sdfg)
+        out = super().apply(graph, sdfg)
+        for st in sdfg.nodes():
+            for n in st.nodes():
+                if isinstance(n, nodes.NestedSDFG) and isinstance(st.entry_node(n), nodes.MapEntry) \
+                        and list(st.entry_node(n).map.params) == [itervar]:
+                    _refine_rows(st, n, itervar)
+        return out
+
+
+def _refine_rows(state: SDFGState, nsdfg: nodes.NestedSDFG, itervar: str) -> None:
+    """Give the new map's nested SDFG exactly its iteration's slice of each array it accesses at
+    index ``itervar`` in one dimension: DaCe propagates ``C[i, 0:i + 1]`` out of the body as
+    ``C[0:i + 1, 0:i + 1]``, which makes the ranks' written blocks overlap. The outer memlets take
+    ``[i]`` in that dimension and every memlet inside is shifted by ``-i`` there."""
+    var = symbolic.pystr_to_symbolic(itervar)
+    inner = nsdfg.sdfg
+    if str(nsdfg.symbol_mapping.get(itervar, "")) != itervar:
+        return
+    names = set(nsdfg.in_connectors) | set(nsdfg.out_connectors)
+    for name in names:
+        common = None
+        for st in inner.nodes():
+            for n in st.data_nodes():
+                if n.data == name:
+                    for sub, _ in _subsets(st, n):
+                        dims = _point_dims(sub, var) if sub is not None else set()
+                        common = dims if common is None else common & dims
+        if not common:
+            continue
+        d = min(common)
+        desc = inner.arrays[name]
+        shift = [0] * len(desc.shape)
+        shift[d] = var
+        for st in inner.nodes():
+            for e in st.edges():
+                m = e.data
+                if m.is_empty():
+                    continue
+                if m.data == name:
+                    m.subset.offset(shift, negative=True)
+                elif m.other_subset is not None and (
+                        (isinstance(e.dst, nodes.AccessNode) and e.dst.data == name) or
+                        (isinstance(e.src, nodes.AccessNode) and e.src.data == name)):
+                    m.other_subset.offset(shift, negative=True)
+        shape = list(desc.shape)
+        shape[d] = 1
+        desc.set_shape(shape, strides=desc.strides, total_size=desc.total_size)
+        for e in list(state.in_edges(nsdfg)) + list(state.out_edges(nsdfg)):
+            conn = e.dst_conn if e.dst is nsdfg else e.src_conn
+            if conn != name:
+                continue
+            rng = list(e.data.subset.ranges)
+            rng[d] = (var, var, 1)
+            e.data.subset = type(e.data.subset)(rng)
+            e.data.volume = e.data.subset.num_elements()
+            e.data.dynamic = True
 
 
 def _block_order(sdfg: SDFG):

@@ -84,7 +84,7 @@ def _spd(r, n):
 TRIANGULAR = {p.name: p for p in [
     Program("tri_syrk", tri_syrk, lambda r: {"alpha": 1.5, "beta": 1.2, "C": r.random((20, 20)),
                                              "A": r.random((20, 12))}, _syrk_ref, outputs=("C",)),
-    Program("tri_scale", tri_scale, lambda r: {"A": r.random((20, 16)), "B": r.random((20, 16))}, _scale_ref,
+    Program("tri_scale", tri_scale, lambda r: {"A": r.random((16, 20)), "B": r.random((16, 20))}, _scale_ref,
             outputs=("B",)),
     Program("tri_cov", tri_cov, lambda r: {"data": r.random((14, 12)), "cov": np.zeros((12, 12))}, _cov_ref,
             outputs=("cov",)),

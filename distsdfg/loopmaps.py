@@ -189,19 +189,23 @@ class IndependentLoopToMap(LoopToMap):
             for n in st.nodes():
                 if isinstance(n, nodes.NestedSDFG) and isinstance(st.entry_node(n), nodes.MapEntry) \
                         and list(st.entry_node(n).map.params) == [itervar]:
-                    _refine_rows(st, n, itervar)
+                    left = set(n.out_connectors) - _refine_rows(st, n, itervar)
+                    if left:        # independent_loops_to_maps tries on a copy: this loop stays a loop
+                        raise ValueError(f"written arrays {sorted(left)} not refined to iteration `{itervar}`")
         return out
 
 
-def _refine_rows(state: SDFGState, nsdfg: nodes.NestedSDFG, itervar: str) -> None:
+def _refine_rows(state: SDFGState, nsdfg: nodes.NestedSDFG, itervar: str) -> Set[str]:
     """Give the new map's nested SDFG exactly its iteration's slice of each array it accesses at
     index ``itervar`` in one dimension: DaCe propagates ``C[i, 0:i + 1]`` out of the body as
     ``C[0:i + 1, 0:i + 1]``, which makes the ranks' written blocks overlap. The outer memlets take
-    ``[i]`` in that dimension and every memlet inside is shifted by ``-i`` there."""
+    ``[i]`` in that dimension and every memlet inside is shifted by ``-i`` there. Returns the
+    names refined."""
     var = symbolic.pystr_to_symbolic(itervar)
     inner = nsdfg.sdfg
+    refined: Set[str] = set()
     if str(nsdfg.symbol_mapping.get(itervar, "")) != itervar:
-        return
+        return refined
     names = set(nsdfg.in_connectors) | set(nsdfg.out_connectors)
     for name in names:
         common = None
@@ -240,6 +244,8 @@ def _refine_rows(state: SDFGState, nsdfg: nodes.NestedSDFG, itervar: str) -> Non
             e.data.subset = type(e.data.subset)(rng)
             e.data.volume = e.data.subset.num_elements()
             e.data.dynamic = True
+        refined.add(name)
+    return refined
 
 
 def _block_order(sdfg: SDFG):

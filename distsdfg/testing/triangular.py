@@ -76,6 +76,19 @@ def _loop_matmul_ref(A, C4):
     return {"A": np.einsum("rqp,ps->rqs", A, C4)}
 
 
+@dace.program
+def tri_carried(A: dace.float64[TN, TM], B: dace.float64[TN, TM]):
+    for i in range(1, TN):          # row i reads row i - 1: the iterations depend on each other
+        B[i, :i] = B[i - 1, :i] + A[i, :i]
+
+
+def _carried_ref(A, B):
+    B = B.copy()
+    for i in range(1, A.shape[0]):
+        B[i, :i] = B[i - 1, :i] + A[i, :i]
+    return {"B": B}
+
+
 def _spd(r, n):
     m = r.random((n, n))
     return m @ m.T / n + np.eye(n)
@@ -89,6 +102,8 @@ TRIANGULAR = {p.name: p for p in [
     Program("tri_cov", tri_cov, lambda r: {"data": r.random((14, 12)), "cov": np.zeros((12, 12))}, _cov_ref,
             outputs=("cov",)),
     Program("tri_cholesky", tri_cholesky, lambda r: {"A": _spd(r, 12)}, _cholesky_ref, outputs=("A",)),
+    Program("tri_carried", tri_carried, lambda r: {"A": r.random((12, 16)), "B": r.random((12, 16))}, _carried_ref,
+            outputs=("B",)),
     Program("loop_matmul", loop_matmul, lambda r: {"A": r.random((6, 10, 8)), "C4": r.random((8, 8))},
             _loop_matmul_ref, outputs=("A",)),
 ]}

@@ -17,7 +17,9 @@ in subsets such as ``B[i, 0:i]``), so the test here is ours and deliberately nar
   carried from one iteration to the next);
 * no symbol assigned in the body is read before it is assigned, and neither the loop variable
   nor those symbols are read after the loop;
-* the step is a positive constant.
+* the step is a positive constant;
+* a map or library node of the body depends on the loop variable (otherwise its kernels are
+  split as they are, e.g. a loop over bins with maps over the data).
 
 Anything else (Cholesky's reads of earlier rows, covariance's mirrored ``cov[j, i]`` writes, a
 sum carried across iterations) is left alone: such loops keep running their dependent maps
@@ -170,9 +172,11 @@ class IndependentLoopToMap(LoopToMap):
         order = [s for s in _block_order(sdfg) if s in set(self.loop_body())]
         if any(not isinstance(s, SDFGState) for s in order):
             return False
+        inner = {k for s in order for e in sdfg.out_edges(s) for k in e.data.assignments}
+        if not _kernels_depend_on(sdfg, order, {itervar} | inner):
+            return False      # its kernels can be split as they are (e.g. azint's maps over the data)
         if loop_is_independent(sdfg, order, itervar) is not None:
             return False
-        inner = {k for s in order for e in sdfg.out_edges(s) for k in e.data.assignments}
         guard = getattr(self, "loop_guard", None) if expr_index <= 1 else None
         return not _used_after(sdfg, set(order), guard, {itervar} | inner)
 
@@ -248,6 +252,31 @@ def _refine_rows(state: SDFGState, nsdfg: nodes.NestedSDFG, itervar: str) -> Set
     return refined
 
 
+def _kernels_depend_on(sdfg: SDFG, body: List[SDFGState], names: Set[str]) -> bool:
+    """Whether a map or library node of the body has a range or an access (through a view, too)
+    that depends on ``names``: the kernels that would otherwise run whole on rank 0."""
+    def uses(memlet) -> bool:
+        return not memlet.is_empty() and memlet.subset is not None and \
+            bool(names & {str(x) for x in memlet.subset.free_symbols})
+
+    for st in body:
+        sdict = st.scope_dict()
+        for n in st.nodes():
+            if sdict[n] is not None or not isinstance(n, (nodes.MapEntry, nodes.LibraryNode)):
+                continue
+            if isinstance(n, nodes.MapEntry) and names & {str(x) for x in n.map.range.free_symbols}:
+                return True
+            out = st.exit_node(n) if isinstance(n, nodes.MapEntry) else n
+            edges = list(st.in_edges(n)) + list(st.out_edges(out))
+            for e in list(edges):
+                other = e.src if e.dst is n else e.dst
+                if isinstance(other, nodes.AccessNode) and isinstance(sdfg.arrays[other.data], dt.View):
+                    edges += list(st.in_edges(other)) + list(st.out_edges(other))
+            if any(uses(e.data) for e in edges):
+                return True
+    return False
+
+
 def _block_order(sdfg: SDFG):
     from dace.sdfg import utils as sdutil
     try:
@@ -264,10 +293,10 @@ def independent_loops_to_maps(sdfg: SDFG) -> int:
     from dace.transformation.optimizer import Optimizer
     turned, k = 0, 0
     while True:
+        if k >= len(list(Optimizer(sdfg).get_pattern_matches(patterns=[IndependentLoopToMap]))):
+            return turned            # (matching changes nothing: no copy when there is no loop to turn)
         trial = copy.deepcopy(sdfg)
         found = list(Optimizer(trial).get_pattern_matches(patterns=[IndependentLoopToMap]))
-        if k >= len(found):
-            return turned
         try:
             found[k].apply_pattern(trial)
             trial.validate()

@@ -70,3 +70,10 @@ def test_loop_of_matmuls_moves_only_its_rows():
     assert sum(sum(s.sent) for s in a) == 2 * 4 * 80 * 8
     assert np.array_equal(np.sum([s.received for s in a if s.collective != "Bcast"], axis=0)[1:],
                           [2 * 80 * 8, 2 * 80 * 8, 0])
+
+
+def test_generality_report_classifies_without_compiling():
+    from distsdfg.testing.generality import classify
+    assert classify("tri_syrk")["class"] == "distributed"
+    r = classify("tri_carried")
+    assert r["class"] == "rank-0 fallback" and "whole on rank 0" in r["detail"]

@@ -110,10 +110,6 @@ def loop_is_independent(sdfg: SDFG, body: List[SDFGState], itervar: str) -> Opti
             for m in e.data.get_read_memlets(sdfg.arrays):
                 if m.data in written:
                     return f"an interstate edge reads `{m.data}`, which the body writes"
-            free = {str(s) for s in e.data.read_symbols()}
-            for k, v in e.data.assignments.items():
-                if k in free and k not in assigned and e.dst in body_set:
-                    pass
             assigned |= set(e.data.assignments)
     used_before = set()
     for st in body:

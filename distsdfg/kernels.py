@@ -110,9 +110,12 @@ class _Keys:
 def find_kernels(sdfg: SDFG) -> List[Kernel]:
     """All kernels of ``sdfg`` in a stable order (states in order, nodes topologically).
 
-    Read-modify-write accumulations in maps become write-conflict resolution first
+    For-loops whose iterations are independent become maps first (``loopmaps``: triangular
+    loops, loops of library calls). Read-modify-write accumulations in maps become write-conflict resolution first
     (``accumulate.AccumulationToWCR``: the same program, with writes the lowering can reduce)."""
     from .accumulate import accumulations_to_wcr
+    from .loopmaps import independent_loops_to_maps
+    independent_loops_to_maps(sdfg)       # loops of independent iterations become splittable maps
     accumulations_to_wcr(sdfg)
     kernels: List[Kernel] = []
     keys = _Keys()

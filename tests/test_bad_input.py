@@ -25,9 +25,9 @@ N = dace.symbol("N")
 
 @dace.program
 def tri(A: dace.float64[N, N], B: dace.float64[N, N]):
-    for i in range(N):
+    for i in range(1, N):            # row i reads row i - 1: the loop cannot become a map
         for j in dace.map[0:i]:
-            B[i, j] = A[i, j] * 2.0
+            B[i, j] = B[i - 1, j] + A[i, j] * 2.0
 
 
 def fresh(name="matmul"):
@@ -112,15 +112,18 @@ def test_refused_with_named_error(call, error, words):
 
 
 def test_loop_dependent_maps_stay_whole_and_others_are_planned():
-    """A map over 0:i inside a loop over i is left out of a planned schedule (it runs whole on
-    rank 0, its correctness under mpiexec is the trimul:auto case of test_loops.py) while the matmul
-    before it is split; tri lowers with "auto" and has nothing to move."""
+    """A map over 0:i inside a loop over i whose iterations depend on each other is left out of a
+    planned schedule (it runs whole on rank 0; under mpiexec: tri_carried:auto in test_loops.py); tri
+    lowers with "auto" and has nothing to move. trimul's loop is independent: it became a map over i,
+    split like the matmul before it (loopmaps.py)."""
+    t = tri.to_sdfg()
+    loop_key = [m.key for m in distsdfg.maps(t) if "i" in str(m.ranges)]
+    assert loop_key and distsdfg.auto_schedule(t, 4, verify=False, N=8).as_dict() == {}
+    assert distsdfg.schedule_by_label(t, {"*": (2,)}) == {}      # "*" skips it too
     sdfg = fresh("trimul")
-    loop_key = [m.key for m in distsdfg.maps(sdfg) if str(m.ranges) == "0:i"]
     sched = distsdfg.auto_schedule(sdfg, 4, verify=False)
-    assert loop_key and loop_key[0] not in sched
-    assert np.prod(sched[MM]) == 4
-    assert distsdfg.schedule_by_label(sdfg, {"*": (2,)}) == {}      # "*" skips it too
+    row_map = [m.key for m in distsdfg.maps(sdfg) if m.params == ("i",)]
+    assert row_map and np.prod(sched[row_map[0]]) > 1 and np.prod(sched[MM]) == 4
     t = tri.to_sdfg()
     distsdfg.lower(t, "auto", nprocs=4, plan_options={"verify": False})
     assert distsdfg.comm_report(t, nprocs=4, N=8) == []

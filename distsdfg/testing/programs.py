@@ -503,6 +503,7 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
 def get(name: str) -> Program:
     if name not in PROGRAMS:
         from .accumulations import ACCUMULATIONS       # accumulations in maps (issue 21)
-        return ACCUMULATIONS[name]
+        from .triangular import TRIANGULAR             # triangular loops, loops of library calls (issue 23)
+        return {**ACCUMULATIONS, **TRIANGULAR}[name]
     return PROGRAMS[name]
 

@@ -74,7 +74,12 @@ class KernelPlan:
     map_grids: Dict[str, Tuple[int, ...]]
     map_axes: Dict[str, Tuple[Optional[int], ...]]  # per map: param index -> driver grid axis
     arrays: Dict[str, ArrayConstraint]
-    even_axes: Tuple[Tuple[int, sympy.Expr], ...] = ()   # (axis, extent) that must divide evenly
+    # A library node's split axes that it reduces over, as (axis, extent): it runs on whole local
+    # buffers, so where the grid does not divide an extent the inputs' padding is filled with
+    # ``pad_op``'s identity (the operator its partial results combine with; None: none known).
+    even_axes: Tuple[Tuple[int, sympy.Expr], ...] = ()
+    pad_op: Optional[str] = None
+    padded: Tuple[int, ...] = ()          # of ``even_axes``, those the lowering pads (set by the lowering)
 
     @property
     def nranks(self) -> int:
@@ -275,7 +280,8 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
                                            "reads" in rec["full"], op is not None and rec["split"],
                                            write is not None and "writes" in rec["full"])
 
-    # Library nodes run on whole local blocks: a split reduction axis must divide evenly.
+    # Library nodes run on whole local blocks: a split reduction axis that the grid does not divide
+    # leaves padding in the inputs' buffers, which the lowering fills with the operator's identity.
     if kernel.kind == "library":
         even = []
         dparams = driver.info.params
@@ -291,6 +297,9 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
                 from .tiling import iterations
                 even.append((a, iterations((lo, hi, st))))
         plan.even_axes = tuple(even)
+        ops = {c.op for c in plan.arrays.values() if c.split_reduction}
+        if even and len(ops) == 1:
+            plan.pad_op = next(iter(ops))
     return plan
 
 

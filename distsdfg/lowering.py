@@ -258,7 +258,7 @@ class _Rewriter:
 
     def can_alias(self, h: Holding, kp: KernelPlan, c: ArrayConstraint, arr_is_view: bool = False) -> bool:
         """The consumer can read the holder's buffer as is: same grid, same block, same indexing."""
-        if h.partial or c.write is not None or arr_is_view:
+        if h.partial or c.write is not None or arr_is_view or getattr(self, "no_alias", False):
             return False
         if h.kind != kp.kernel.kind:
             # Map buffers are indexed from their block's origin, library buffers from zero: the
@@ -449,6 +449,8 @@ class _Rewriter:
             c = kp.arrays[arr]
             if arr in locals_ and c.write is None:     # a second connector reading the same array
                 lr = state.add_read(locals_[arr])
+            elif self.needs_padding(kp, c):
+                lr = self.padded_input(kp, arr, c, state, e.src, local_of(arr))
             else:
                 lr, locals_[arr] = self.read_input(kp, arr, c, state, e.src, lambda arr=arr: local_of(arr))
             state.add_edge(lr, None, node, e.dst_conn, dace.Memlet.from_array(lr.data, self.sdfg.arrays[lr.data]))
@@ -465,6 +467,28 @@ class _Rewriter:
             state.remove_edge(e)
             self.write_output(kp, arr, c, state, lw, e.dst)
             self.drop_if_isolated(state, e.dst)
+
+    @staticmethod
+    def needs_padding(kp: KernelPlan, c: ArrayConstraint) -> bool:
+        """Whether ``c`` is an input whose blocks run along an unevenly split axis the kernel reduces over."""
+        if not getattr(kp, "padded", ()) or not c.reads:
+            return False
+        syms = {kp.rank_syms[a] for a in kp.padded}
+        return any(sympy.sympify(x).free_symbols & syms for box in c.reads for se in box for x in se)
+
+    def padded_input(self, kp: KernelPlan, arr: str, c: ArrayConstraint, state: SDFGState, src_node, local: str):
+        """``arr``'s local buffer filled with the operator's identity, then its block written into it (never
+        another kernel's buffer: the padding must hold the identity, whatever sits there)."""
+        pre = state.add_access(local)
+        self.dm(state, self.spec(kp, "fill", arr, local, c, c.reads, op=kp.pad_op), None, pre)
+        self.no_alias = True
+        try:
+            lr, _ = self.read_input(kp, arr, c, state, src_node, lambda: local)
+        finally:
+            self.no_alias = False
+        for e in state.in_edges(lr):
+            state.add_nedge(pre, e.src, dace.Memlet())
+        return lr
 
     # -- program order ----------------------------------------------------------------------------
     def events(self, states: List[SDFGState], plans: Dict[nodes.Node, KernelPlan]) -> List[Tuple]:
@@ -543,6 +567,30 @@ def _refuse_split(k, grids) -> None:
                 f"a dace.map so that it can be split")
 
 
+def _padded_axes(kp: KernelPlan, even_checks: List) -> Tuple[int, ...]:
+    """The split axes a library kernel reduces over that may not divide evenly: its inputs' local
+    buffers get padding there, filled with the identity of the operator that combines the ranks'
+    partial results (``kp.pad_op``). Without such an operator an uneven split is refused (before
+    compiling when the extent is a number, else when the program is called)."""
+    padded = []
+    for axis, extent in kp.even_axes:
+        key = max(kp.kernel.maps, key=lambda m: len(m.info.params)).info.key
+        parts = kp.grid[axis]
+        ext = sympy.sympify(extent)
+        if ext.is_Number and int(ext) % parts == 0:
+            continue
+        if kp.pad_op is not None:
+            padded.append(axis)
+        elif ext.is_Number:
+            raise ScheduleError(
+                f"map `{key}` axis {axis} (extent {int(ext)}) is split {parts} ways, which does not divide "
+                f"{int(ext)}; `{kp.kernel.label}` reduces over this axis as a library node with no operator to "
+                f"pad its blocks with: use a grid dimension that divides {int(ext)}")
+        else:
+            even_checks.append((key, axis, str(ext), parts))
+    return tuple(padded)
+
+
 def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host",
                optimize: Optional[bool] = None) -> SDFG:
     """``comm``: where communication steps find their local buffers (``Lowered.comm``): "host",
@@ -575,18 +623,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
 
     even_checks = []
     for kp in plans:
-        for axis, extent in kp.even_axes:
-            key = max(kp.kernel.maps, key=lambda m: len(m.info.params)).info.key
-            parts = kp.grid[axis]
-            ext = sympy.sympify(extent)
-            if ext.is_Number:
-                if int(ext) % parts:
-                    raise ScheduleError(
-                        f"map `{key}` axis {axis} (extent {int(ext)}) is split {parts} ways, which does not divide "
-                        f"{int(ext)}; `{kp.kernel.label}` reduces over this axis as a library node and needs even "
-                        f"blocks: use a grid dimension that divides {int(ext)}")
-            else:
-                even_checks.append((key, axis, str(ext), parts))
+        kp.padded = _padded_axes(kp, even_checks)
 
     sdfg.add_symbol(PLAN_LEN, dace.int64)
     sdfg.add_array(PLAN_ARRAY, [dc.sym(PLAN_LEN)], dace.int64)

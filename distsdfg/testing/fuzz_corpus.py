@@ -179,3 +179,8 @@ CORPUS: Dict[str, Case] = {c.name: c for c in [
                                              "W2": r.random((9, 4)) - 0.5},
          lambda x, W1, W2: (np.maximum(x @ W1, 0.0) @ W2, {})),
 ]}
+
+# Hand-written ``dace.map`` kernels (read-modify-write, WCR, branches, nests, loops, gathers).
+from .fuzz_maps import MAP_CASES  # noqa: E402
+
+CORPUS.update({name: Case(name, prog, inputs, ref) for name, prog, inputs, ref in MAP_CASES})

@@ -13,7 +13,7 @@ from dace.sdfg import SDFG, SDFGState, nodes
 
 from . import dace_compat as dc
 from .checks import require_sdfg
-from .constraints import ArrayConstraint, KernelPlan, kernel_constraints
+from .constraints import ArrayConstraint, KernelPlan, kernel_constraints, padded_axes
 from .errors import DistributedLoweringError, LoweredStateError, ScheduleError, UnsupportedProgramError
 from .kernels import find_kernels
 from .mpi import DistributedMemlet
@@ -449,7 +449,7 @@ class _Rewriter:
             c = kp.arrays[arr]
             if arr in locals_ and c.write is None:     # a second connector reading the same array
                 lr = state.add_read(locals_[arr])
-            elif self.needs_padding(kp, c):
+            elif kp.pads(c):
                 lr = self.padded_input(kp, arr, c, state, e.src, local_of(arr))
             else:
                 lr, locals_[arr] = self.read_input(kp, arr, c, state, e.src, lambda arr=arr: local_of(arr))
@@ -467,14 +467,6 @@ class _Rewriter:
             state.remove_edge(e)
             self.write_output(kp, arr, c, state, lw, e.dst)
             self.drop_if_isolated(state, e.dst)
-
-    @staticmethod
-    def needs_padding(kp: KernelPlan, c: ArrayConstraint) -> bool:
-        """Whether ``c`` is an input whose blocks run along an unevenly split axis the kernel reduces over."""
-        if not getattr(kp, "padded", ()) or not c.reads:
-            return False
-        syms = {kp.rank_syms[a] for a in kp.padded}
-        return any(sympy.sympify(x).free_symbols & syms for box in c.reads for se in box for x in se)
 
     def padded_input(self, kp: KernelPlan, arr: str, c: ArrayConstraint, state: SDFGState, src_node, local: str):
         """``arr``'s local buffer filled with the operator's identity, then its block written into it (never
@@ -567,30 +559,6 @@ def _refuse_split(k, grids) -> None:
                 f"a dace.map so that it can be split")
 
 
-def _padded_axes(kp: KernelPlan, even_checks: List) -> Tuple[int, ...]:
-    """The split axes a library kernel reduces over that may not divide evenly: its inputs' local
-    buffers get padding there, filled with the identity of the operator that combines the ranks'
-    partial results (``kp.pad_op``). Without such an operator an uneven split is refused (before
-    compiling when the extent is a number, else when the program is called)."""
-    padded = []
-    for axis, extent in kp.even_axes:
-        key = max(kp.kernel.maps, key=lambda m: len(m.info.params)).info.key
-        parts = kp.grid[axis]
-        ext = sympy.sympify(extent)
-        if ext.is_Number and int(ext) % parts == 0:
-            continue
-        if kp.pad_op is not None:
-            padded.append(axis)
-        elif ext.is_Number:
-            raise ScheduleError(
-                f"map `{key}` axis {axis} (extent {int(ext)}) is split {parts} ways, which does not divide "
-                f"{int(ext)}; `{kp.kernel.label}` reduces over this axis as a library node with no operator to "
-                f"pad its blocks with: use a grid dimension that divides {int(ext)}")
-        else:
-            even_checks.append((key, axis, str(ext), parts))
-    return tuple(padded)
-
-
 def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host",
                optimize: Optional[bool] = None) -> SDFG:
     """``comm``: where communication steps find their local buffers (``Lowered.comm``): "host",
@@ -623,7 +591,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
 
     even_checks = []
     for kp in plans:
-        kp.padded = _padded_axes(kp, even_checks)
+        kp.padded = padded_axes(kp, even_checks)
 
     sdfg.add_symbol(PLAN_LEN, dace.int64)
     sdfg.add_array(PLAN_ARRAY, [dc.sym(PLAN_LEN)], dace.int64)

@@ -114,6 +114,7 @@ def find_kernels(sdfg: SDFG) -> List[Kernel]:
     (``accumulate.AccumulationToWCR``: the same program, with writes the lowering can reduce)."""
     from .accumulate import accumulations_to_wcr
     accumulations_to_wcr(sdfg)
+    dc.propagate_wcr_outward(sdfg)      # an accumulation in a nested map reads as one outside it
     kernels: List[Kernel] = []
     keys = _Keys()
     defined = dc.runtime_defined_symbols(sdfg)

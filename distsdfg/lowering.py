@@ -41,6 +41,9 @@ class KernelGrid:
     keys: Tuple[str, ...]
     grid: Tuple[int, ...]
     rank_syms: Tuple[str, ...]
+    # 1 on the ranks of the grid, 0 on the others, which then run none of the map's iterations
+    # (a map that reads through an index array would follow garbage indices there); '' when unused.
+    member: str = ""
 
 
 @dataclasses.dataclass
@@ -117,6 +120,7 @@ class _Rewriter:
         self.sdfg = sdfg
         self.views = views
         self.steps: List[StepSpec] = []
+        self.members: Dict[int, str] = {}     # kernel index -> its membership symbol (KernelGrid.member)
         self.linear = linear
         self.viewed = viewed
         self.data: Dict[str, ArrayState] = {}
@@ -397,6 +401,12 @@ class _Rewriter:
         mx = state.exit_node(me)
         amap = k.maps[0]
         me.map.range = kp.tiled_range(amap, clamp=True)
+        if dc.reads_indirectly(amap.accesses):
+            self.members[k.index] = member = f"__dsdfg_k{k.index}_in"
+            self.sdfg.add_symbol(member, dace.int64)
+            m = dc.sym(member)
+            lo, hi, st = me.map.range.ranges[0]
+            me.map.range = subsets.Range([(lo, m * hi + (1 - m) * (lo - st), st)] + list(me.map.range.ranges[1:]))
         inner = dc.scope_edges(state, me)
         for arr, c in kp.arrays.items():
             names = {}
@@ -609,7 +619,8 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     kgrids = []
     for kp in plans:
         kgrids.append(KernelGrid(kp.kernel.index, kp.kernel.label, tuple(m.info.key for m in kp.kernel.maps),
-                                 kp.grid, tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid))))
+                                 kp.grid, tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid)),
+                                 rw.members.get(kp.kernel.index, "")))
     original = sdfg.name
     tag = target if comm == "host" else f"{target}+{comm}"
     sdfg.name = f"{original}_d{_schedule_hash(original, schedule, tag, sorted(placed))}"

@@ -144,6 +144,25 @@ def test_write_the_same_on_every_rank_is_not_refused():
     distsdfg.lower(sdfg, {k: (1, 2, 1) for k in keys})      # W[i, k] does not use j at all
 
 
+@dace.program
+def nested_rowsum(A: dace.float64[10, 7], r: dace.float64[10]):
+    for i in dace.map[0:10]:
+        for j in dace.map[0:7]:
+            r[i] += A[i, j]
+
+
+def test_accumulation_in_a_nested_map_keeps_the_initial_value():
+    # Fuzz seed 11 (``map_nested_rowsum``): DaCe put the sum on the inner memlet only, so the outer
+    # map looked like a plain write of r[i]: each rank's block started uninitialised (wrong on 2
+    # and 3 ranks). The WCR now reaches the outer map: the block is read, accumulated, gathered.
+    warnings.simplefilter("ignore")
+    sdfg = nested_rowsum.to_sdfg()
+    k = find_kernels(sdfg)[0]
+    assert [w.wcr is not None for w in k.maps[0].accesses["r"].writes] == [True]
+    distsdfg.lower(sdfg, {k.maps[0].info.key: (3,)})
+    assert [(s.kind, s.array) for s in sdfg._distsdfg.steps if s.array == "r"] == [("scatter", "r"), ("gather", "r")]
+
+
 def _steps_by_kernel(sdfg):
     out = {}
     for s in sdfg._distsdfg.steps:

@@ -402,11 +402,7 @@ class _Rewriter:
         amap = k.maps[0]
         me.map.range = kp.tiled_range(amap, clamp=True)
         if dc.reads_indirectly(amap.accesses):
-            self.members[k.index] = member = f"__dsdfg_k{k.index}_in"
-            self.sdfg.add_symbol(member, dace.int64)
-            m = dc.sym(member)
-            lo, hi, st = me.map.range.ranges[0]
-            me.map.range = subsets.Range([(lo, m * hi + (1 - m) * (lo - st), st)] + list(me.map.range.ranges[1:]))
+            self.members_only(kp)
         inner = dc.scope_edges(state, me)
         for arr, c in kp.arrays.items():
             names = {}
@@ -443,6 +439,18 @@ class _Rewriter:
                 self.write_output(kp, arr, c, state, lw, outs[0].dst)
                 for e in outs:
                     self.drop_if_isolated(state, e.dst)
+
+    def members_only(self, kp: KernelPlan):
+        """Ranks outside the map kernel's grid run none of its iterations (a membership symbol,
+        ``KernelGrid.member``, empties its first range there)."""
+        me = kp.kernel.node
+        if kp.kernel.index in self.members:
+            return
+        self.members[kp.kernel.index] = member = f"__dsdfg_k{kp.kernel.index}_in"
+        self.sdfg.add_symbol(member, dace.int64)
+        m = dc.sym(member)
+        lo, hi, st = me.map.range.ranges[0]
+        me.map.range = subsets.Range([(lo, m * hi + (1 - m) * (lo - st), st)] + list(me.map.range.ranges[1:]))
 
     def library_kernel(self, kp: KernelPlan):
         k = kp.kernel

@@ -58,3 +58,31 @@ def test_regression_seed_7_case_205_transposed_einsum_operand(tmp_path):
     assert {c.program for c in cases} == {"einsum_transposed"}
     results = run_cases(cases, timeout_per_case=240, workdir=str(tmp_path))
     assert [r["outcome"] for r in results] == ["ok"] * 3, results
+
+
+def test_ranks_outside_the_grid_skip_a_map_that_reads_through_an_index_array():
+    # Fuzz seed 11 case 8 (``map_gather``, grid 1 on 2 ranks): rank 1 ran the map on an index
+    # buffer it never received and followed garbage indices (a segfault). Its range is now
+    # empty outside the grid (the membership symbol).
+    import warnings
+
+    import distsdfg
+    warnings.simplefilter("ignore")
+    sdfg = CORPUS["map_gather"].prog.to_sdfg()
+    distsdfg.lower(sdfg, {distsdfg.maps(sdfg)[0].key: (1,)})
+    (kg,) = sdfg._distsdfg.kernels
+    assert kg.member and kg.member in sdfg.symbols
+
+
+def test_one_rank_map_on_a_home_buffer_is_guarded_and_index_free_maps_are_not():
+    # Fuzz seed 11 case 19 (``map_in_loop``): the unscheduled copy map ran on every rank over
+    # the home buffer of A, which spans only the rank's own block (heap corruption on rank 1).
+    import warnings
+
+    import distsdfg
+    warnings.simplefilter("ignore")
+    sdfg = CORPUS["map_in_loop"].prog.to_sdfg()
+    first, second = distsdfg.maps(sdfg)
+    distsdfg.lower(sdfg, {first.key: (2,)})
+    members = {kg.keys[0]: kg.member for kg in sdfg._distsdfg.kernels}
+    assert members[first.key] == "" and members[second.key] != ""

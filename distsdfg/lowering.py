@@ -14,7 +14,7 @@ from dace.sdfg import SDFG, SDFGState, nodes
 from . import dace_compat as dc
 from .checks import require_sdfg
 from .constraints import ArrayConstraint, KernelPlan, kernel_constraints, padded_axes
-from .errors import DistributedLoweringError, LoweredStateError, ScheduleError, UnsupportedProgramError
+from .errors import DistributedLoweringError, LoweredStateError, UnsupportedProgramError
 from .kernels import find_kernels
 from .mpi import DistributedMemlet
 from .plan import Layout, StepSpec

@@ -13,7 +13,7 @@ from .errors import AccumulationError, ScheduleError, UnsupportedProgramError
 from .kernels import AnalysedMap, Kernel
 from .tiling import rank_symbol, tile_subset
 
-__all__ = ["Box", "ArrayConstraint", "KernelPlan", "kernel_constraints", "box_str"]
+__all__ = ["Box", "ArrayConstraint", "KernelPlan", "kernel_constraints", "box_str", "padded_axes"]
 
 #: Per array dimension ``(start, end)``, both inclusive, symbolic in rank symbols and sizes.
 Box = Tuple[Tuple[sympy.Expr, sympy.Expr], ...]
@@ -74,7 +74,12 @@ class KernelPlan:
     map_grids: Dict[str, Tuple[int, ...]]
     map_axes: Dict[str, Tuple[Optional[int], ...]]  # per map: param index -> driver grid axis
     arrays: Dict[str, ArrayConstraint]
-    even_axes: Tuple[Tuple[int, sympy.Expr], ...] = ()   # (axis, extent) that must divide evenly
+    # A library node's split axes that it reduces over, as (axis, extent): it runs on whole local
+    # buffers, so where the grid does not divide an extent the inputs' padding is filled with
+    # ``pad_op``'s identity (the operator its partial results combine with; None: none known).
+    even_axes: Tuple[Tuple[int, sympy.Expr], ...] = ()
+    pad_op: Optional[str] = None
+    padded: Tuple[int, ...] = ()          # of ``even_axes``, those the lowering pads (set by the lowering)
 
     @property
     def nranks(self) -> int:
@@ -82,6 +87,13 @@ class KernelPlan:
         for g in self.grid:
             n *= g
         return n
+
+    def pads(self, c: ArrayConstraint) -> bool:
+        """Whether ``c`` is an input whose blocks run along a ``padded`` axis (its buffer needs the fill)."""
+        if not self.padded or not c.reads:
+            return False
+        syms = {self.rank_syms[a] for a in self.padded}
+        return any(sympy.sympify(x).free_symbols & syms for box in c.reads for se in box for x in se)
 
     def tiled_range(self, amap: AnalysedMap, *, clamp=True) -> subsets.Range:
         axes = self.map_axes[amap.info.key]
@@ -275,7 +287,8 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
                                            "reads" in rec["full"], op is not None and rec["split"],
                                            write is not None and "writes" in rec["full"])
 
-    # Library nodes run on whole local blocks: a split reduction axis must divide evenly.
+    # Library nodes run on whole local blocks: a split reduction axis that the grid does not divide
+    # leaves padding in the inputs' buffers, which the lowering fills with the operator's identity.
     if kernel.kind == "library":
         even = []
         dparams = driver.info.params
@@ -291,7 +304,34 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
                 from .tiling import iterations
                 even.append((a, iterations((lo, hi, st))))
         plan.even_axes = tuple(even)
+        ops = {c.op for c in plan.arrays.values() if c.split_reduction}
+        if even and len(ops) == 1:
+            plan.pad_op = next(iter(ops))
     return plan
+
+
+def padded_axes(kp: KernelPlan, even_checks: List) -> Tuple[int, ...]:
+    """The split axes a library kernel reduces over that may not divide evenly: its inputs' local
+    buffers get padding there, filled with the identity of the operator that combines the ranks'
+    partial results (``kp.pad_op``). Without such an operator an uneven split is refused (before
+    compiling when the extent is a number, else when the program is called)."""
+    padded = []
+    for axis, extent in kp.even_axes:
+        key = max(kp.kernel.maps, key=lambda m: len(m.info.params)).info.key
+        parts = kp.grid[axis]
+        ext = sympy.sympify(extent)
+        if ext.is_Number and int(ext) % parts == 0:
+            continue
+        if kp.pad_op is not None:
+            padded.append(axis)
+        elif ext.is_Number:
+            raise ScheduleError(
+                f"map `{key}` axis {axis} (extent {int(ext)}) is split {parts} ways, which does not divide "
+                f"{int(ext)}; `{kp.kernel.label}` reduces over this axis as a library node with no operator to "
+                f"pad its blocks with: use a grid dimension that divides {int(ext)}")
+        else:
+            even_checks.append((key, axis, str(ext), parts))
+    return tuple(padded)
 
 
 def _alloc(boxes: List[Box], shape) -> Tuple[Tuple, Tuple]:

@@ -52,6 +52,42 @@ def simplify(sdfg: SDFG) -> SDFG:
     return sdfg
 
 
+def reads_indirectly(accesses) -> bool:
+    """Whether a map reads through data-dependent indices (``x[idx[i]]``): DaCe then gives the
+    map-level memlet fewer accesses than its subset has elements (``x(1) [0:33]``)."""
+    for acc in accesses.values():
+        for m in acc.reads:
+            if m.is_empty() or m.subset is None or m.dynamic:
+                continue
+            if sympy.simplify(sympy.sympify(m.volume) - sympy.sympify(m.subset.num_elements())) != 0:
+                return True
+    return False
+
+
+def propagate_wcr_outward(sdfg: SDFG) -> int:
+    """Put an inner accumulation's conflict resolution on the memlets that carry it out of its scopes.
+
+    DaCe 1.0.2's frontend writes ``r[i] += A[i, j]`` in a map nested in another map (``for i in
+    dace.map: for j in dace.map:``) with a WCR on the tasklet's memlet only; the edges from the
+    inner map's exit outwards carry none, so the outer map looks like a plain write of ``r[i]``
+    that drops ``r``'s initial value. The program accumulates: a map exit's outgoing memlet
+    takes the WCR of the memlet that enters it on the same connector. Returns how many it set."""
+    changed, total = True, 0
+    while changed:
+        changed = False
+        for state in sdfg.all_states():
+            for ex in [n for n in state.nodes() if isinstance(n, nodes.MapExit)]:
+                inner = {e.dst_conn[3:]: e for e in state.in_edges(ex) if e.dst_conn and e.dst_conn.startswith("IN_")}
+                for e in state.out_edges(ex):
+                    src = inner.get((e.src_conn or "")[4:]) if (e.src_conn or "").startswith("OUT_") else None
+                    if (src is None or e.data.is_empty() or e.data.wcr is not None or src.data.wcr is None
+                            or src.data.data != e.data.data):
+                        continue
+                    e.data.wcr = src.data.wcr
+                    changed, total = True, total + 1
+    return total
+
+
 def repair_init_accumulate_races(sdfg: SDFG) -> int:
     """Order a constant initialisation before other writes of the same data inside one scope.
 

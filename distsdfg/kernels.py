@@ -117,6 +117,7 @@ def find_kernels(sdfg: SDFG) -> List[Kernel]:
     from .loopmaps import independent_loops_to_maps
     independent_loops_to_maps(sdfg)       # loops of independent iterations become splittable maps
     accumulations_to_wcr(sdfg)
+    dc.propagate_wcr_outward(sdfg)      # an accumulation in a nested map reads as one outside it
     kernels: List[Kernel] = []
     keys = _Keys()
     defined = dc.runtime_defined_symbols(sdfg)

@@ -481,6 +481,10 @@ class MachineRewriter(_Rewriter):
             elif self.write_mode(arr, c) == "root":
                 self.ensure_root(x, kp.kernel.node, state)
         super().kernel_event(kp)
+        aliased = self.alias_read or any(i == kp.kernel.index for i, _ in self.alias_written)
+        if kp.kernel.kind == "map" and kp.nranks == 1 and aliased:
+            # Home buffers span only the blocks a rank owns; a map on one rank indexes them globally.
+            self.members_only(kp)
         if kp.kernel.kind == "map":
             outs = [e.dst for e in state.out_edges(state.exit_node(kp.kernel.node))]
         else:

@@ -13,8 +13,8 @@ from dace.sdfg import SDFG, SDFGState, nodes
 
 from . import dace_compat as dc
 from .checks import require_sdfg
-from .constraints import ArrayConstraint, KernelPlan, kernel_constraints
-from .errors import DistributedLoweringError, LoweredStateError, ScheduleError, UnsupportedProgramError
+from .constraints import ArrayConstraint, KernelPlan, kernel_constraints, padded_axes
+from .errors import DistributedLoweringError, LoweredStateError, UnsupportedProgramError
 from .kernels import find_kernels
 from .mpi import DistributedMemlet
 from .plan import Layout, StepSpec
@@ -41,6 +41,9 @@ class KernelGrid:
     keys: Tuple[str, ...]
     grid: Tuple[int, ...]
     rank_syms: Tuple[str, ...]
+    # 1 on the ranks of the grid, 0 on the others, which then run none of the map's iterations
+    # (a map that reads through an index array would follow garbage indices there); '' when unused.
+    member: str = ""
 
 
 @dataclasses.dataclass
@@ -120,6 +123,7 @@ class _Rewriter:
         self.sdfg = sdfg
         self.views = views
         self.steps: List[StepSpec] = []
+        self.members: Dict[int, str] = {}     # kernel index -> its membership symbol (KernelGrid.member)
         self.linear = linear
         self.viewed = viewed
         self.data: Dict[str, ArrayState] = {}
@@ -261,7 +265,7 @@ class _Rewriter:
 
     def can_alias(self, h: Holding, kp: KernelPlan, c: ArrayConstraint, arr_is_view: bool = False) -> bool:
         """The consumer can read the holder's buffer as is: same grid, same block, same indexing."""
-        if h.partial or c.write is not None or arr_is_view:
+        if h.partial or c.write is not None or arr_is_view or getattr(self, "no_alias", False):
             return False
         if h.kind != kp.kernel.kind:
             # Map buffers are indexed from their block's origin, library buffers from zero: the
@@ -400,6 +404,8 @@ class _Rewriter:
         mx = state.exit_node(me)
         amap = k.maps[0]
         me.map.range = kp.tiled_range(amap, clamp=True)
+        if dc.reads_indirectly(amap.accesses):
+            self.members_only(kp)
         inner = dc.scope_edges(state, me)
         for arr, c in kp.arrays.items():
             names = {}
@@ -437,6 +443,18 @@ class _Rewriter:
                 for e in outs:
                     self.drop_if_isolated(state, e.dst)
 
+    def members_only(self, kp: KernelPlan):
+        """Ranks outside the map kernel's grid run none of its iterations (a membership symbol,
+        ``KernelGrid.member``, empties its first range there)."""
+        me = kp.kernel.node
+        if kp.kernel.index in self.members:
+            return
+        self.members[kp.kernel.index] = member = f"__dsdfg_k{kp.kernel.index}_in"
+        self.sdfg.add_symbol(member, dace.int64)
+        m = dc.sym(member)
+        lo, hi, st = me.map.range.ranges[0]
+        me.map.range = subsets.Range([(lo, m * hi + (1 - m) * (lo - st), st)] + list(me.map.range.ranges[1:]))
+
     def library_kernel(self, kp: KernelPlan):
         k = kp.kernel
         state, node = k.state, k.node
@@ -452,6 +470,8 @@ class _Rewriter:
             c = kp.arrays[arr]
             if arr in locals_ and c.write is None:     # a second connector reading the same array
                 lr = state.add_read(locals_[arr])
+            elif kp.pads(c):
+                lr = self.padded_input(kp, arr, c, state, e.src, local_of(arr))
             else:
                 lr, locals_[arr] = self.read_input(kp, arr, c, state, e.src, lambda arr=arr: local_of(arr))
             state.add_edge(lr, None, node, e.dst_conn, dace.Memlet.from_array(lr.data, self.sdfg.arrays[lr.data]))
@@ -468,6 +488,20 @@ class _Rewriter:
             state.remove_edge(e)
             self.write_output(kp, arr, c, state, lw, e.dst)
             self.drop_if_isolated(state, e.dst)
+
+    def padded_input(self, kp: KernelPlan, arr: str, c: ArrayConstraint, state: SDFGState, src_node, local: str):
+        """``arr``'s local buffer filled with the operator's identity, then its block written into it (never
+        another kernel's buffer: the padding must hold the identity, whatever sits there)."""
+        pre = state.add_access(local)
+        self.dm(state, self.spec(kp, "fill", arr, local, c, c.reads, op=kp.pad_op), None, pre)
+        self.no_alias = True
+        try:
+            lr, _ = self.read_input(kp, arr, c, state, src_node, lambda: local)
+        finally:
+            self.no_alias = False
+        for e in state.in_edges(lr):
+            state.add_nedge(pre, e.src, dace.Memlet())
+        return lr
 
     # -- program order ----------------------------------------------------------------------------
     def events(self, states: List[SDFGState], plans: Dict[nodes.Node, KernelPlan]) -> List[Tuple]:
@@ -580,18 +614,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
 
     even_checks = []
     for kp in plans:
-        for axis, extent in kp.even_axes:
-            key = max(kp.kernel.maps, key=lambda m: len(m.info.params)).info.key
-            parts = kp.grid[axis]
-            ext = sympy.sympify(extent)
-            if ext.is_Number:
-                if int(ext) % parts:
-                    raise ScheduleError(
-                        f"map `{key}` axis {axis} (extent {int(ext)}) is split {parts} ways, which does not divide "
-                        f"{int(ext)}; `{kp.kernel.label}` reduces over this axis as a library node and needs even "
-                        f"blocks: use a grid dimension that divides {int(ext)}")
-            else:
-                even_checks.append((key, axis, str(ext), parts))
+        kp.padded = padded_axes(kp, even_checks)
 
     sdfg.add_symbol(PLAN_LEN, dace.int64)
     sdfg.add_array(PLAN_ARRAY, [dc.sym(PLAN_LEN)], dace.int64)
@@ -609,7 +632,8 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     kgrids = []
     for kp in plans:
         kgrids.append(KernelGrid(kp.kernel.index, kp.kernel.label, tuple(m.info.key for m in kp.kernel.maps),
-                                 kp.grid, tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid))))
+                                 kp.grid, tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid)),
+                                 rw.members.get(kp.kernel.index, "")))
     original = sdfg.name
     tag = target if comm == "host" else f"{target}+{comm}"
     from .optimize import enabled

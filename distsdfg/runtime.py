@@ -290,10 +290,13 @@ class DistributedProgram:
         out: Dict[str, int] = {}
         rank = self.comm.rank
         for kg in self.lowered.kernels:
-            coords = (np.unravel_index(rank, kg.grid) if rank < int(np.prod(kg.grid)) else kg.grid)
+            inside = rank < int(np.prod(kg.grid))
+            coords = np.unravel_index(rank, kg.grid) if inside else kg.grid
             for s, c in zip(kg.rank_syms, coords):
                 if s:
                     out[s] = int(c)
+            if getattr(kg, "member", ""):
+                out[kg.member] = int(inside)
         return out
 
     def _call(self, kwargs):

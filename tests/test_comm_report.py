@@ -78,3 +78,39 @@ def test_spmv_row_pointer_overlap(programs):
     steps = distsdfg.comm_report(sdfg, SM=64, SN=48, NNZ=100)
     rowptr = _per_rank(steps, "A_row", "received")
     assert rowptr == [0, 17 * 4, 17 * 4, 17 * 4]   # 16 rows + 1 overlapping entry, uint32
+
+
+# -- the PMPI harness's comparison (no MPI) ----------------------------------------------------------
+class _OneRank:
+    """Stands in for an mpi4py communicator of one rank."""
+    rank, size = 0, 1
+
+    def Barrier(self):
+        pass
+
+    def gather(self, x, root=0):
+        return [x]
+
+
+class _Counters:
+    def reset(self):
+        pass
+
+    def snapshot(self):
+        return {"data": {"Isend": (2, 64, 0)}, "control": {}}
+
+
+def test_byte_comparison_that_fails_is_recorded_not_raised(monkeypatch):
+    # A report whose repeats stay symbolic (a loop bound not given to comm_report) cannot be
+    # compared: rank 0 alone raised here and left the other ranks in the next collective (the
+    # distributed-placement Jacobi hang under the counter). Now it is a recorded mismatch.
+    from distsdfg.plan import CommStep
+    from distsdfg.testing import mpirun, pmpi
+    monkeypatch.setattr(pmpi, "counters", lambda: _Counters())
+    step = CommStep(collective="Isend/Irecv", array="A", sent=(64,), received=(64,), repeats="TSTEPS - 1",
+                    at_most=False)
+    out, b = mpirun.counted_call(_OneRank(), lambda: 7, [step])
+    assert out == 7 and "TSTEPS - 1" in b["error"] and "loop bounds" in b["error"]
+    assert "could not be compared" in mpirun.bytes_mismatch({"bytes": [b]})
+    good = CommStep(collective="Isend/Irecv", array="A", sent=(64,), received=(0,), repeats=1, at_most=False)
+    assert mpirun.bytes_mismatch({"bytes": [mpirun.counted_call(_OneRank(), lambda: 7, [good])[1]]}) is None

@@ -1,6 +1,6 @@
 """A fixed fuzz sample (issue 5): every drawn (program, schedule, P) is right or refused up front."""
 from distsdfg.testing.fuzz import draw_cases, run_cases, summarise
-from distsdfg.testing.fuzz_corpus import CORPUS
+from distsdfg.testing.fuzz_corpus import BASE, CORPUS
 from distsdfg.runtime import _cached
 
 
@@ -13,6 +13,13 @@ def test_corpus_covers_what_the_issue_lists():
         assert needed in names
 
 
+def test_corpus_has_hand_written_map_kernels():
+    from distsdfg.testing.fuzz import draw_cases, select_programs
+    maps = select_programs("map_*")
+    assert len(maps) >= 12 and not set(maps) & set(BASE)
+    assert {c.program for c in draw_cases(200, seed=5, programs=maps)} == set(maps)
+
+
 def test_draws_are_seeded_and_cover_all_rank_counts():
     a, b = draw_cases(40, seed=3), draw_cases(40, seed=3)
     assert a == b
@@ -21,7 +28,7 @@ def test_draws_are_seeded_and_cover_all_rank_counts():
 
 
 def test_fixed_sample_is_right_or_refused(tmp_path):
-    cases = draw_cases(60, seed=2024)
+    cases = draw_cases(60, seed=2024, programs=BASE)
     results = run_cases(cases, timeout_per_case=240, workdir=str(tmp_path))
     s = summarise(results)
     byid = {c.ident: c for c in cases}
@@ -47,7 +54,35 @@ def test_regression_seed_7_case_205_transposed_einsum_operand(tmp_path):
     """The fuzzer's first find: ``einsum('ji,jk->ik')`` reads A through a transposed (strided) view,
     which the scatter packed as if it were row-major. Steps now carry the global strides."""
     from distsdfg.testing.fuzz import draw_case
-    cases = [draw_case(7, 205), draw_case(7, 60), draw_case(7, 89)]
+    cases = [draw_case(7, 205, programs=BASE), draw_case(7, 60, programs=BASE), draw_case(7, 89, programs=BASE)]
     assert {c.program for c in cases} == {"einsum_transposed"}
     results = run_cases(cases, timeout_per_case=240, workdir=str(tmp_path))
     assert [r["outcome"] for r in results] == ["ok"] * 3, results
+
+
+def test_ranks_outside_the_grid_skip_a_map_that_reads_through_an_index_array():
+    # Fuzz seed 11 case 8 (``map_gather``, grid 1 on 2 ranks): rank 1 ran the map on an index
+    # buffer it never received and followed garbage indices (a segfault). Its range is now
+    # empty outside the grid (the membership symbol).
+    import warnings
+
+    import distsdfg
+    warnings.simplefilter("ignore")
+    sdfg = CORPUS["map_gather"].prog.to_sdfg()
+    distsdfg.lower(sdfg, {distsdfg.maps(sdfg)[0].key: (1,)})
+    (kg,) = sdfg._distsdfg.kernels
+    assert kg.member and kg.member in sdfg.symbols
+
+
+def test_one_rank_map_on_a_home_buffer_is_guarded_and_index_free_maps_are_not():
+    # Fuzz seed 11 case 19 (``map_in_loop``): the unscheduled copy map ran on every rank over
+    # the home buffer of A, which spans only the rank's own block (heap corruption on rank 1).
+    import warnings
+
+    import distsdfg
+    warnings.simplefilter("ignore")
+    sdfg = CORPUS["map_in_loop"].prog.to_sdfg()
+    first, second = distsdfg.maps(sdfg)
+    distsdfg.lower(sdfg, {first.key: (2,)})
+    members = {kg.keys[0]: kg.member for kg in sdfg._distsdfg.kernels}
+    assert members[first.key] == "" and members[second.key] != ""

@@ -18,7 +18,7 @@ import distsdfg
 from distsdfg import dace_compat as dc
 from distsdfg.errors import PlacementError
 from distsdfg.placement import ArrayLayout, placed_arrays
-from distsdfg.launch import mpiexec_argv
+from distsdfg.testing.mpirun import bytes_mismatch, counted_argv
 from distsdfg.testing.programs import get
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -136,9 +136,8 @@ def results(tmp_path_factory):
     out = tmp / "out.json"
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    # Not under the PMPI byte counter: with it preloaded the Jacobi case with distributed placement
-    # hangs (found at the end of stop 20, not yet understood); its bytes are checked from comm_report.
-    argv = mpiexec_argv(4, ["-m", "distsdfg.testing.placement_run", str(out), str(tmp)], timeout=1200)
+    # Under the PMPI byte counter: every call's measured bytes are compared with comm_report.
+    argv = counted_argv(4, ["-m", "distsdfg.testing.placement_run", str(out), str(tmp)], timeout=1200)
     proc = subprocess.run(argv, env=env, cwd=str(tmp), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {r["case"]: r for r in json.loads(out.read_text())}
@@ -154,6 +153,7 @@ def test_every_rank_block_equals_numpy(results, case):
     assert "error" not in r, r.get("trace", r.get("error"))
     assert r["rel_err"] and all(e <= 1e-10 for e in r["rel_err"].values()), r["rel_err"]
     assert all(e <= 1e-10 for e in r["assembled_err"].values()), r["assembled_err"]
+    assert len(r["bytes"]) >= 1 and bytes_mismatch(r) is None, bytes_mismatch(r)   # every call, every rank
     placed = set(r["boundary"])
     for s in r["report"]:        # a placed array never goes through rank 0 alone
         if s["array"] in placed:

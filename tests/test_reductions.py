@@ -4,7 +4,9 @@ Unit tier (no compile): read-modify-write updates become WCR memlets (directly i
 a branch's nested SDFG), a split accumulated axis gives an identity fill on all ranks but the
 first holder and a reduction, and updates that are no reduction are refused with
 ``AccumulationError`` naming the map, the array and the parameter.
-mpiexec tier: one launch per rank count (2, 3, 4), every operator of both shapes against NumPy.
+mpiexec tier: one launch per rank count (2, 3, 4), every operator of both shapes against NumPy,
+and library reductions (sum, max, min; float64, int32; axis 0 and 1) over axes that 3 and 4
+ranks split unevenly; measured bytes (PMPI counter) equal ``comm_report``'s.
 """
 import json
 import os
@@ -20,7 +22,7 @@ from distsdfg.accumulate import match_update
 from distsdfg.constraints import kernel_constraints
 from distsdfg.errors import AccumulationError, DistributedLoweringError
 from distsdfg.kernels import find_kernels
-from distsdfg.launch import mpiexec_argv
+from distsdfg.testing.mpirun import bytes_mismatch, counted_argv
 from distsdfg.testing.programs import get
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -142,11 +144,60 @@ def test_write_the_same_on_every_rank_is_not_refused():
     distsdfg.lower(sdfg, {k: (1, 2, 1) for k in keys})      # W[i, k] does not use j at all
 
 
+@dace.program
+def nested_rowsum(A: dace.float64[10, 7], r: dace.float64[10]):
+    for i in dace.map[0:10]:
+        for j in dace.map[0:7]:
+            r[i] += A[i, j]
+
+
+def test_accumulation_in_a_nested_map_keeps_the_initial_value():
+    # Fuzz seed 11 (``map_nested_rowsum``): DaCe put the sum on the inner memlet only, so the outer
+    # map looked like a plain write of r[i]: each rank's block started uninitialised (wrong on 2
+    # and 3 ranks). The WCR now reaches the outer map: the block is read, accumulated, gathered.
+    warnings.simplefilter("ignore")
+    sdfg = nested_rowsum.to_sdfg()
+    k = find_kernels(sdfg)[0]
+    assert [w.wcr is not None for w in k.maps[0].accesses["r"].writes] == [True]
+    distsdfg.lower(sdfg, {k.maps[0].info.key: (3,)})
+    assert [(s.kind, s.array) for s in sdfg._distsdfg.steps if s.array == "r"] == [("scatter", "r"), ("gather", "r")]
+
+
+def _steps_by_kernel(sdfg):
+    out = {}
+    for s in sdfg._distsdfg.steps:
+        out.setdefault(s.kernel, []).append((s.kind, s.array, s.op))
+    return out
+
+
+def test_uneven_library_reduction_pads_its_input_with_the_identity():
+    # 10 rows, 7 columns: a split reduced axis leaves padding in the last ranks' input buffers,
+    # filled with the operator's identity before the block arrives; partial results reduce as usual.
+    warnings.simplefilter("ignore")
+    sdfg = get("reduce_uneven").sdfg()
+    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"*": (1, 3)}, fuzzy=True))
+    assert sdfg._distsdfg.even_checks == []
+    ops = []
+    for steps in _steps_by_kernel(sdfg).values():
+        (fill, arr, op), (move, arr2, _), (red, _, rop) = steps
+        assert (fill, move in ("scatter", "redist"), arr2, red, rop) == ("fill", True, arr, "reduce", op)
+        ops.append((arr, op))
+    assert sorted(ops) == sorted([("A", "sum"), ("A", "max"), ("B", "min"), ("B", "sum"), ("B", "max"), ("A", "min")])
+
+
+@pytest.mark.parametrize("grid", [(1, 2), (1, 4), (2, 1)])
+def test_even_library_reduction_needs_no_padding(grid):
+    warnings.simplefilter("ignore")
+    sdfg = get("reduce_sum").sdfg()             # 16 x 16: every grid here divides the extents
+    distsdfg.lower(sdfg, {"Reduce.reduce_output": grid})
+    assert "fill" not in [s.kind for s in sdfg._distsdfg.steps]
+
+
 # -- mpiexec tier ----------------------------------------------------------------------------------
 CASES = {
     2: ["acc_all:*=1,2,1", "azint_all:*=2"],
-    3: ["acc_all:*=1,3,1", "azint_all:*=3"],
-    4: ["acc_all:*=2,2,1", "azint_all:auto"],
+    3: ["acc_all:*=1,3,1", "azint_all:*=3", "reduce_uneven:*=1,3"],
+    4: ["acc_all:*=2,2,1", "azint_all:auto", "reduce_uneven:*=1,4"],
 }
 
 
@@ -158,7 +209,7 @@ def results(tmp_path_factory):
     out = {}
     for n, cases in CASES.items():
         path = tmp / f"results_{n}.json"
-        argv = mpiexec_argv(n, ["-m", "distsdfg.testing.mpirun", str(path)] + cases, timeout=1500)
+        argv = counted_argv(n, ["-m", "distsdfg.testing.mpirun", str(path)] + cases, timeout=1500)
         proc = subprocess.run(argv, env=env, cwd=str(tmp), capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         out[n] = {r["case"]: r for r in json.loads(path.read_text())}
@@ -170,5 +221,6 @@ def test_accumulation_matches_numpy(results, nprocs, case):
     r = results[nprocs][case]
     assert "error" not in r, r.get("trace", r.get("error"))
     assert r["shape_ok"] and r["rel_err"] <= 1e-10, r["rel_err"]
+    assert bytes_mismatch(r) is None, bytes_mismatch(r)     # PMPI-measured bytes == comm_report
     # The accumulated axis really is split (else this would test nothing).
     assert any(max(g) > 1 for g in r["schedule"].values()), r["schedule"]

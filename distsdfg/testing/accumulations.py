@@ -244,3 +244,35 @@ ACCUMULATIONS = {p.name: p for p in [
     Program("acc_all", acc_all, _acc_all_inputs, _acc_all_ref, outputs=("Zmax", "Zmin", "Zsum", "Zsub", "Zprod", "W")),
     Program("azint_all", azint_all, _azint_all_inputs, _azint_all_ref, outputs=("mean", "hi", "lo", "prod")),
 ]}
+
+
+# -- library reductions over an unevenly split axis (issue 21) ---------------------------------------
+@dace.program
+def reduce_uneven(A: dace.float64[10, 7], B: dace.int32[10, 7], s0: dace.float64[7], x0: dace.float64[7],
+                  n0: dace.int32[7], s1: dace.int32[10], x1: dace.int32[10], n1: dace.float64[10]):
+    """``np.sum``/``max``/``min`` over axis 0 and 1 of a float64 and an int32 array: 10 rows and 7
+    columns divide evenly on neither 3 nor 4 ranks."""
+    s0[:] = np.sum(A, axis=0)
+    x0[:] = np.max(A, axis=0)
+    n0[:] = np.min(B, axis=0)
+    s1[:] = np.sum(B, axis=1)
+    x1[:] = np.max(B, axis=1)
+    n1[:] = np.min(A, axis=1)
+
+
+def _reduce_uneven_inputs(r):
+    out = {"A": r.random((10, 7)) - 0.5, "B": r.integers(-1000, 1000, (10, 7)).astype(np.int32)}
+    out.update({k: np.zeros(7) for k in ("s0", "x0")})
+    out["n0"] = np.zeros(7, np.int32)
+    out.update({k: np.zeros(10, np.int32) for k in ("s1", "x1")})
+    out["n1"] = np.zeros(10)
+    return out
+
+
+def _reduce_uneven_ref(A, B, **_):
+    return {"s0": A.sum(axis=0), "x0": A.max(axis=0), "n0": B.min(axis=0), "s1": B.sum(axis=1, dtype=np.int32),
+            "x1": B.max(axis=1), "n1": A.min(axis=1)}
+
+
+ACCUMULATIONS["reduce_uneven"] = Program("reduce_uneven", reduce_uneven, _reduce_uneven_inputs, _reduce_uneven_ref,
+                                         outputs=("s0", "x0", "n0", "s1", "x1", "n1"))

@@ -2,6 +2,7 @@
 
     python -m distsdfg.testing.fuzz --cases 500 --seed 1          # by hand
     python -m distsdfg.testing.fuzz --seed 1 --only 17            # replay one case
+    python -m distsdfg.testing.fuzz --cases 40 --programs 'map_*'  # only some corpus programs
 
 A case draws a program of the corpus (``fuzz_corpus.py``), a rank count P from
 {1, 2, 3, 4, 6, 8}, and for each map a grid: a random factorisation of a divisor of P over
@@ -75,10 +76,10 @@ def _maps_of(program: str) -> List[Tuple[str, int]]:
     return _MAPS[program]
 
 
-def draw_case(seed: int, index: int, procs: Sequence[int] = PROCS) -> FuzzCase:
+def draw_case(seed: int, index: int, procs: Sequence[int] = PROCS, programs: Optional[Sequence[str]] = None) -> FuzzCase:
     from .fuzz_corpus import CORPUS
     rng = random.Random(seed * 1_000_003 + index)
-    program = rng.choice(sorted(CORPUS))
+    program = rng.choice(sorted(programs or CORPUS))
     P = rng.choice(list(procs))
     grids = []
     maps = _maps_of(program)
@@ -93,8 +94,19 @@ def draw_case(seed: int, index: int, procs: Sequence[int] = PROCS) -> FuzzCase:
     return FuzzCase(seed, index, program, P, tuple(grids))
 
 
-def draw_cases(n: int, seed: int, procs: Sequence[int] = PROCS) -> List[FuzzCase]:
-    return [draw_case(seed, i, procs) for i in range(n)]
+def draw_cases(n: int, seed: int, procs: Sequence[int] = PROCS,
+               programs: Optional[Sequence[str]] = None) -> List[FuzzCase]:
+    return [draw_case(seed, i, procs, programs) for i in range(n)]
+
+
+def select_programs(patterns: str) -> List[str]:
+    """Corpus names matching comma-separated shell patterns (``map_*,sum_axis0``)."""
+    import fnmatch
+    from .fuzz_corpus import CORPUS
+    names = sorted(n for n in CORPUS if any(fnmatch.fnmatch(n, p) for p in patterns.split(",")))
+    if not names:
+        raise SystemExit(f"no corpus program matches {patterns!r}; known: {', '.join(sorted(CORPUS))}")
+    return names
 
 
 # -- one case, on every rank of a batch ----------------------------------------------------------------
@@ -249,12 +261,15 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--only", type=int, default=None, help="run only case number ONLY of the seed")
     ap.add_argument("--procs", default=",".join(map(str, PROCS)))
+    ap.add_argument("--programs", default=None, help="draw only corpus programs matching these comma-separated "
+                                                     "patterns, e.g. 'map_*'")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per case")
     ap.add_argument("--out", default=None, help="write every result as JSON")
     args = ap.parse_args(argv)
     procs = [int(p) for p in args.procs.split(",")]
-    cases = ([draw_case(args.seed, args.only, procs)] if args.only is not None
-             else draw_cases(args.cases, args.seed, procs))
+    programs = select_programs(args.programs) if args.programs else None
+    cases = ([draw_case(args.seed, args.only, procs, programs)] if args.only is not None
+             else draw_cases(args.cases, args.seed, procs, programs))
     t0 = time.time()
     results = run_cases(cases, timeout_per_case=args.timeout, progress=True)
     s = summarise(results)
@@ -262,7 +277,8 @@ def main(argv=None):
           f"{s['refused_by_reason']}")
     byid = {c.ident: c for c in cases}
     for r in s["failures"]:
-        print(f"FAIL {r['outcome']}: {byid[r['case']].reproducer()}: {r.get('message', '')[:300]}")
+        extra = f" --programs '{args.programs}'" if args.programs else ""
+        print(f"FAIL {r['outcome']}: {byid[r['case']].reproducer()}{extra}: {r.get('message', '')[:300]}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"summary": {k: v for k, v in s.items() if k != "failures"}, "results": results}, f, indent=1)

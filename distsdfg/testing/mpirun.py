@@ -100,7 +100,10 @@ def _run_lowered(text, p, sdfg, sched, comm):
 
 def counted_call(comm, call, report):
     """``call()``'s result and, with the byte counter preloaded, on rank 0 every rank's measured
-    bytes next to ``report``'s (``distsdfg.testing.pmpi.byte_fields``); else None."""
+    bytes next to ``report``'s (``distsdfg.testing.pmpi.byte_fields``); else None.
+
+    Only rank 0 compares, so a comparison that fails is recorded (``"error"``), never raised: an
+    exception on rank 0 alone would leave the other ranks in the next collective (a hang)."""
     from distsdfg.testing import pmpi
     counters = pmpi.counters()
     if counters is None:
@@ -109,7 +112,13 @@ def counted_call(comm, call, report):
     counters.reset()
     out = call()
     snaps = comm.gather(counters.snapshot(), root=0)
-    return out, (pmpi.byte_fields(snaps, report, comm.size) if comm.rank == 0 else None)
+    if comm.rank != 0:
+        return out, None
+    try:
+        return out, pmpi.byte_fields(snaps, report, comm.size)
+    except Exception as exc:  # recorded for bytes_mismatch, see above
+        return out, {"error": f"{type(exc).__name__}: {exc}", "pmpi": pmpi.per_rank(snaps, "data"),
+                     "pmpi_equals_report": False}
 
 
 def _rel_err(out, ref) -> float:
@@ -160,6 +169,10 @@ def bytes_mismatch(result) -> Optional[str]:
     b = result.get("bytes")
     if b is None:
         return "no bytes were measured (the PMPI byte counter was not preloaded)"
+    if isinstance(b, list):          # one record per call of the program
+        return next((m for m in map(lambda x: bytes_mismatch({"bytes": x}), b) if m), None)
+    if "error" in b:
+        return f"the measured bytes could not be compared with comm_report: {b['error']}"
     if not b["pmpi_equals_report"]:
         return f"measured {b['pmpi']} but comm_report says {b['report']}"
     return None

@@ -85,14 +85,16 @@ def run_case(case: str, comm, tag: int) -> dict:
             if isinstance(v, np.ndarray) else v for a, v in inputs.items()}
     state = dict(inputs)
     out = None
-    report, measured = distsdfg.comm_report(prog.sdfg, nprocs=P, **sizes), []
+    # Loop bounds (integer scalar arguments, e.g. TSTEPS) make the report's repeat counts numbers.
+    bounds = {k: int(v) for k, v in inputs.items() if isinstance(v, (int, np.integer)) and k not in sizes}
+    report, measured = distsdfg.comm_report(prog.sdfg, nprocs=P, **sizes, **bounds), []
     for _ in range(calls):
         out, b = counted_call(comm, lambda: prog(**args, **sizes), report)
         measured.append(b)
         ref = p.reference(**{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()})
         if p.outputs:
             state.update(ref)
-    rec = {"case": case, "boundary": sorted(low.boundary), "report": _report(prog.sdfg, sizes, P),
+    rec = {"case": case, "boundary": sorted(low.boundary), "report": _report(prog.sdfg, {**sizes, **bounds}, P),
            "schedule": str(low.schedule), "bytes": measured}
     errs = {}
     if p.outputs:

@@ -113,7 +113,11 @@ def report_per_call(report, nprocs: int, trips: Optional[int] = None) -> Table:
         d["sent"] = [a + b for a, b in zip(d["sent"], sent)]
         d["received"] = [a + b for a, b in zip(d["received"], received)]
     for s in report:
-        n = trips if (s.at_most and trips is not None) else int(s.repeats)
+        n = trips if (s.at_most and trips is not None) else s.repeats
+        if not str(n).isdigit():
+            raise ValueError(f"comm_report's step {s.collective} of `{s.array}` repeats {n!r} times: pass the "
+                             f"loop bounds (scalar arguments) to comm_report as well")
+        n = int(n)
         sent, recv = [b * n for b in s.sent], [b * n for b in s.received]
         if s.collective == "Isend/Irecv":
             add("Isend", sent, [0] * nprocs)

@@ -404,7 +404,7 @@ class _Rewriter:
         mx = state.exit_node(me)
         amap = k.maps[0]
         me.map.range = kp.tiled_range(amap, clamp=True)
-        if dc.reads_indirectly(amap.accesses):
+        if dc.reads_indirectly(amap.accesses) or self.unoffset_buffers(kp):
             self.members_only(kp)
         inner = dc.scope_edges(state, me)
         for arr, c in kp.arrays.items():
@@ -442,6 +442,28 @@ class _Rewriter:
                 self.write_output(kp, arr, c, state, lw, outs[0].dst)
                 for e in outs:
                     self.drop_if_isolated(state, e.dst)
+
+    @staticmethod
+    def unoffset_buffers(kp: KernelPlan) -> bool:
+        """Some array is indexed by a split map parameter in a dimension where its local buffer does
+        not start at the rank's block (allocated whole, e.g. for a triangular write ``L[i, 0:i+1]``,
+        and indexed globally): a rank outside the grid would run iterations past that buffer."""
+        syms = {str(x) for x in kp.rank_syms if x is not None}
+        me = kp.kernel.node
+        split = {p for p, (lo, hi, _) in zip(me.map.params, me.map.range.ranges)
+                 if {str(x) for x in sympy.sympify(lo).free_symbols | sympy.sympify(hi).free_symbols} & syms}
+        if not split:
+            return False
+        for e in dc.scope_edges(kp.kernel.state, me):
+            c = kp.arrays.get(e.data.data)
+            if c is None or e.data.subset is None or not c.alloc_start:
+                continue
+            for d, (lo, hi, _) in enumerate(e.data.subset.ranges):
+                used = {str(x) for x in sympy.sympify(lo).free_symbols | sympy.sympify(hi).free_symbols}
+                start = {str(x) for x in sympy.sympify(c.alloc_start[d]).free_symbols} if d < len(c.alloc_start) else set()
+                if used & split and not start & syms:
+                    return True
+        return False
 
     def members_only(self, kp: KernelPlan):
         """Ranks outside the map kernel's grid run none of its iterations (a membership symbol,

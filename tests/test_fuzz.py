@@ -86,3 +86,21 @@ def test_one_rank_map_on_a_home_buffer_is_guarded_and_index_free_maps_are_not():
     distsdfg.lower(sdfg, {first.key: (2,)})
     members = {kg.keys[0]: kg.member for kg in sdfg._distsdfg.kernels}
     assert members[first.key] == "" and members[second.key] != ""
+
+
+def test_ranks_outside_the_grid_skip_a_map_whose_buffer_is_not_offset_to_the_block():
+    # Fuzz seed 21 case 215 (``map_triangular``, grid (2) on 4 ranks): ranks 2 and 3 ran rows
+    # 10..14 over a local L allocated whole (the triangular write L[i, 0:i+1]) and indexed
+    # globally, past its end (heap corruption). Such maps get the membership guard too; a map
+    # whose buffers all start at the rank's block (the element-wise kind) does not need it.
+    import warnings
+
+    import distsdfg
+    warnings.simplefilter("ignore")
+    sdfg = CORPUS["map_triangular"].prog.to_sdfg()
+    distsdfg.lower(sdfg, {distsdfg.maps(sdfg)[0].key: (2,)})
+    (kg,) = sdfg._distsdfg.kernels
+    assert kg.member and kg.member in sdfg.symbols
+    sdfg = CORPUS["ew_broadcast"].prog.to_sdfg()
+    distsdfg.lower(sdfg, {m.key: (2,) + (1,) * (len(m.params) - 1) for m in distsdfg.maps(sdfg)})
+    assert all(not kg.member for kg in sdfg._distsdfg.kernels)

@@ -115,7 +115,7 @@ def recipe(environment_names: Iterable[str]) -> Recipe:
     r = Recipe()
     packages = set()
     for env in envs:
-        ev = _eval
+        ev = _eval      # an environment field may be a value or a function giving it
         packages |= set(ev(env.cmake_packages))
         if ev(env.cmake_files):
             raise NotDirect(f"environment {env.__name__} brings CMake files")
@@ -324,8 +324,8 @@ def compile_direct(folder: str, name: str) -> Dict[str, object]:
     flags = base_flags() + [f"-I{dace_include()}"] + [f"-I{d}" for d in r.includes] + r.cflags
     libs = r.libs + shlex.split(Config.get("compiler", "cpu", "libs") or "")
     ld = r.ldflags + shlex.split(Config.get("compiler", "linker", "args") or "")
-    rpath = [d for d in dict.fromkeys([w[2:] for w in libs if w.startswith("-L")]
-                                      + [os.path.dirname(w) for w in libs if os.path.isabs(w)])]
+    rpath = list(dict.fromkeys([w[2:] for w in libs if w.startswith("-L")]
+                               + [os.path.dirname(w) for w in libs if os.path.isabs(w)]))
     build = os.path.join(folder, "build")
     os.makedirs(build, exist_ok=True)
     ext = Config.get("compiler", "library_extension")
@@ -350,17 +350,17 @@ def compile_direct(folder: str, name: str) -> Dict[str, object]:
     used_pch = False
     if pch is not None:
         try:
-            _run([cxx, "-include", pch] + flags + srcs + link, cwd=build)
-            used_pch = True
+            _run([cxx, "-include", pch] + argv[1:], cwd=build)
+            argv, used_pch = [cxx, "-include", pch] + argv[1:], True
         except subprocess.CalledProcessError:
-            pch = None
+            pass                                    # compiled again below, reading the headers
     if not used_pch:
         _run(argv, cwd=build)
     os.replace(lib + ".tmp", lib)
     stub = os.path.join(build, f"libdacestub_{name}.{ext}")
     shutil.copyfile(loader_stub(cxx), stub + ".tmp")       # a loaded stub is replaced, never overwritten
     os.replace(stub + ".tmp", stub)
-    with open(os.path.join(build, "distsdfg_compile.sh"), "w") as f:
+    with open(os.path.join(build, "distsdfg_compile.sh"), "w") as f:     # the command that built it
         f.write(" ".join(shlex.quote(a) for a in argv) + "\n")
     return {"pch": used_pch, "library": lib, "host_steps": [t for t, _ in steps]}
 

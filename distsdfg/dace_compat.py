@@ -527,6 +527,38 @@ def generate_code(sdfg: SDFG, validate: bool = True, rename_if_loaded: bool = Fa
     return program, codegen.generate_code(program, validate=validate)
 
 
+_private_copies = 0
+
+
+def load_compiled(folder: str):
+    """Load the program built in ``folder`` (DaCe's ``load_precompiled_sdfg``, made safe for many
+    processes sharing the folder).
+
+    When this process already has the library loaded (the same program compiled twice), DaCe copies
+    it to ``lib<name>.so_`` in the shared build folder and loads the copy, so every rank of a job
+    rewrites that one file while other ranks execute from it (a segfault in ``__dace_init``). Here
+    the copy is private to the process, written under a temporary name and moved into place, and
+    unlinked once loaded: no file that any process has mapped is ever rewritten.
+    """
+    global _private_copies
+    import shutil
+    from dace.codegen import compiled_sdfg as csdfg
+    from dace.config import Config
+    program = SDFG.from_file(os.path.join(folder, "program.sdfg"))
+    ext = Config.get("compiler", "library_extension")
+    lib = os.path.join(folder, "build", f"lib{program.name}.{ext}")
+    if not csdfg.ReloadableDLL(lib, program.name).is_loaded():
+        return csdfg.CompiledSDFG(program, csdfg.ReloadableDLL(lib, program.name))
+    _private_copies += 1
+    copy_path = f"{lib}.{os.getpid()}.{_private_copies}"
+    shutil.copyfile(lib, copy_path + ".tmp")
+    os.replace(copy_path + ".tmp", copy_path)
+    try:
+        return csdfg.CompiledSDFG(program, csdfg.ReloadableDLL(copy_path, program.name))
+    finally:
+        os.remove(copy_path)             # mapped pages stay valid; the folder stays clean
+
+
 def cxx_compiler() -> str:
     """The C++ compiler DaCe's CMake build uses: the configured one, else $CXX, else c++."""
     from dace.config import Config

@@ -427,19 +427,10 @@ def build_lock(folder: str, exclusive: bool = True):
                 fcntl.flock(f, fcntl.LOCK_UN)
 
 
-#: Build folders whose library this process has loaded: DaCe loads such a library again from a
-#: copy it writes into the folder, so that load takes the folder's lock exclusively.
-_LOADED: set = set()
-
-
 def load_build(folder: str):
     """Load the program built in ``folder`` (a rank other than the builder)."""
-    from dace.sdfg.utils import load_precompiled_sdfg
-    key = os.path.abspath(folder)
-    with build_lock(folder, exclusive=key in _LOADED):
-        compiled = load_precompiled_sdfg(folder)
-    _LOADED.add(key)
-    return compiled
+    with build_lock(folder, exclusive=False):
+        return dc.load_compiled(folder)
 
 
 def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
@@ -458,7 +449,6 @@ def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
 
 
 def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
-    from dace.sdfg.utils import load_precompiled_sdfg
     blas.check_program(sdfg)
     folder = sdfg.build_folder
     program, objects = dc.generate_code(sdfg)           # generated once: for the key and the build
@@ -466,7 +456,7 @@ def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
     rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")
     if not rebuild and _cached(folder, key, sdfg.name):
         _log(f"{sdfg.name}: reusing the build in {folder} ({time.time() - t0:.1f}s)", verbose)
-        return load_precompiled_sdfg(folder), folder
+        return dc.load_compiled(folder), folder
     try:
         os.remove(os.path.join(folder, STAMP))
     except OSError:
@@ -478,7 +468,7 @@ def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
     with open(os.path.join(folder, STAMP), "w") as f:
         f.write(key)
     _log(f"{sdfg.name}: compiled in {time.time() - t0:.1f}s ({how})", verbose)
-    return load_precompiled_sdfg(folder), folder
+    return dc.load_compiled(folder), folder
 
 
 def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None,
@@ -502,7 +492,6 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
     if comm.rank == 0:
         try:
             compiled, folder = build(sdfg, verbose=verbose, rebuild=rebuild)
-            _LOADED.add(os.path.abspath(folder))
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
     # Every rank plans from rank 0's lowering: the binary was built from it.

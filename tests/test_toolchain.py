@@ -93,6 +93,14 @@ def test_a_program_is_built_directly_and_runs(tmp_path, monkeypatch):
     lib = os.path.join(build, f"lib{sdfg.name}.so")
     needed = subprocess.run(["readelf", "-d", lib], capture_output=True, text=True).stdout
     assert "distsdfg_host_step_double" in needed and "distsdfg_host_step_float" in needed
+    # The same build loaded again in this process (a program compiled twice): each load runs from a
+    # private copy, never from a file in the shared folder that other ranks may be executing
+    # (DaCe rewrote `lib<name>.so_` there: fuzz seed 2024 case 45 crashed in `__dace_init`).
+    before = sorted(os.listdir(build))
+    again = [distsdfg.compile(sdfg, comm=MPI.COMM_SELF) for _ in range(2)]
+    for f in again:
+        assert np.allclose(f(x=x, y=y, N=7), x * 2.0 + y, rtol=1e-6)
+    assert sorted(os.listdir(build)) == before
 
 
 def test_cmake_build_on_request(tmp_path, monkeypatch):

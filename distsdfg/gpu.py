@@ -202,8 +202,9 @@ def _persist(sdfg: SDFG, desc: dt.Array):
 
 class DeviceBufferComm(ppl.Pass):
     """Let every communication step use its buffers where they are: ``buffers="device"`` (GPU
-    buffers straight to a CUDA-aware MPI), or ``"emulated"`` (the same code path on host memory,
-    for testing it without a GPU)."""
+    buffers straight to a CUDA-aware MPI), ``"staged"`` (pinned host copies of the GPU buffers,
+    made by ``OffloadKernels._stage``: the step waits for the GPU first), or ``"emulated"`` (the
+    device code path on host memory, for testing it without a GPU)."""
 
     CATEGORY = "distsdfg"
 
@@ -227,7 +228,7 @@ class DeviceBufferComm(ppl.Pass):
             for n in state.nodes():
                 if isinstance(n, DistributedMemlet):
                     n.buffers = self.buffers
-                    n.implementation = "MPI_CUDA" if self.buffers == "device" else "MPI"
+                    n.implementation = "MPI_CUDA" if self.buffers in ("device", "staged") else "MPI"
                     # The step is host code even where its buffers are on the GPU (DaCe would infer a
                     # schedule from their storage).
                     n.schedule = dtypes.ScheduleType.CPU_Multicore
@@ -292,6 +293,7 @@ class OffloadKernels(ppl.Pass):
             DeviceBufferComm("device").apply_pass(sdfg, {})
         else:
             self._stage(sdfg, DistributedMemlet)
+            DeviceBufferComm("staged").apply_pass(sdfg, {})    # every step waits for the GPU's copies
         return count
 
     @staticmethod

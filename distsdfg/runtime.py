@@ -300,6 +300,7 @@ class DistributedProgram:
         return out
 
     def _call(self, kwargs):
+        t_call = time.perf_counter()
         if self.lowered.target == "gpu":
             from .gpu import gpu_available
             if not gpu_available():     # DaCe's CUDA runtime would kill the process
@@ -340,11 +341,16 @@ class DistributedProgram:
         self._reinitialise_if_sizes_changed(call)
         blas.use_threads(self.threads_per_rank)
         dc.fresh_return_arrays(self._compiled)     # results are handed over, not copied
+        t_program = time.perf_counter()
         if blocks:      # a rank's block is often a view (a slice of a memory map); checked contiguous above
             with dc.allow_view_arguments():
                 out = self._compiled(**call)
         else:
             out = self._compiled(**call)
+        if _STEP_TIMES:
+            now = time.perf_counter()
+            print(f"[distsdfg] rank {rank} call of {self.lowered.original_name}: {(now - t_call) * 1e3:.3f} ms, "
+                  f"{(now - t_program) * 1e3:.3f} ms of it in the compiled program", file=sys.stderr, flush=True)
         return self._root_args.results(out, rank, copy=False)
 
     @functools.cached_property
@@ -359,6 +365,10 @@ def _log(msg: str, verbose: bool):
 
 
 STAMP = "distsdfg.stamp"
+
+#: $DISTSDFG_STEP_TIMES: every call prints its time and the time in the compiled program, and
+#: every communication step its own (distsdfg_runtime.h), on stderr.
+_STEP_TIMES = os.environ.get("DISTSDFG_STEP_TIMES", "0") not in ("", "0")
 
 
 def build_key(sdfg: SDFG, code_objects=None) -> str:

@@ -58,6 +58,8 @@ def test_kernels_on_device_and_mpi_on_host(name):
                 assert n.schedule == dtypes.ScheduleType.GPU_Default
                 kernels += 1
             if isinstance(n, DistributedMemlet):
+                # host code on pinned copies that first waits for the GPU's asynchronous copies into them
+                assert n.buffers == "staged" and n.implementation == "MPI_CUDA"
                 for e in state.in_edges(n) + state.out_edges(n):
                     if not e.data.is_empty():
                         assert sdfg.arrays[e.data.data].storage != dtypes.StorageType.GPU_Global, (n, e.data)
@@ -86,6 +88,7 @@ def test_generated_cuda_builds_with_nvcc(name, tmp_path, monkeypatch):
     cpp = open(glob.glob(os.path.join(folder, "src", "cpu", "*.cpp"))[0]).read()
     assert "__global__" in cu or "cublas" in cpp.lower()       # kernels on the device
     assert "cudaMemcpy" in cpp and "run_step" in cpp              # MPI steps on host copies
+    assert "distsdfg::StagedHostMem>" in cpp and "distsdfg::HostMem>" not in cpp
     if name == "matmul" and not gpu_available():
         from mpi4py import MPI
         prog = DistributedProgram(sdfg, compiled, MPI.COMM_WORLD)

@@ -10,8 +10,10 @@ from .environment import DistSDFGRuntime, DistSDFGRuntimeCUDA
 __all__ = ["DistributedMemlet", "BUFFERS"]
 
 #: Where a step's local buffers live, and the runtime's memory policy for them:
-#: host memory; GPU memory handed to a CUDA-aware MPI; host memory through the device code path (tests).
-BUFFERS = {"host": "HostMem", "device": "DeviceMem", "emulated": "EmulatedDeviceMem"}
+#: host memory; pinned host copies of a GPU program's device buffers (the step first waits for the
+#: GPU's copies into them); GPU memory handed to a CUDA-aware MPI; host memory through the device
+#: code path (tests).
+BUFFERS = {"host": "HostMem", "staged": "StagedHostMem", "device": "DeviceMem", "emulated": "EmulatedDeviceMem"}
 
 
 @dace.library.expansion
@@ -43,7 +45,7 @@ class ExpandDistributedMemletMPI(ExpandTransformation):
 
 @dace.library.expansion
 class ExpandDistributedMemletCUDA(ExpandDistributedMemletMPI):
-    """The same on device buffers (``buffers="device"``): the runtime with its CUDA memory policy."""
+    """The same with the runtime's CUDA memory policies (``buffers="device"`` or ``"staged"``)."""
 
     environments = [DistSDFGRuntimeCUDA]
 
@@ -67,7 +69,7 @@ class DistributedMemlet(dace.sdfg.nodes.LibraryNode):
     kind = dace.properties.Property(dtype=str, default="scatter", desc="scatter | gather | reduce | fill")
     array = dace.properties.Property(dtype=str, default="", desc="Global array moved")
     buffers = dace.properties.Property(dtype=str, default="host",
-                                       desc="Where the local buffers live: host | device | emulated (see BUFFERS)")
+                                       desc="Where the local buffers live: host | staged | device | emulated (see BUFFERS)")
 
     def __init__(self, name, step=0, kind="scatter", array="", has_input=True, *args, **kwargs):
         inputs = {"_plan", "_comm", "_in"} if has_input else {"_plan", "_comm"}

@@ -21,6 +21,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <complex>
 #include <cstdint>
 #include <cstdlib>
@@ -537,7 +539,9 @@ void gather(const Step& s, const T* local, T* global, Context& ctx, bool reduce)
     const T* send = loff < 0 ? mine.data() : local + loff;
     MPI_Comm pc = split(s, true, ctx);
     MPI_Comm rc = (s.flags() & F_REPL) ? split(s, false, ctx) : MPI_COMM_NULL;
-    if (reduce && (s.flags() & F_REPL) && s.rcolor(me) >= 0) {
+    int rsize = 0;
+    if (reduce && (s.flags() & F_REPL) && s.rcolor(me) >= 0) check(MPI_Comm_size(rc, &rsize), "Comm_size");
+    if (rsize > 1) {        // (a group of one has nothing to combine: no copy)
         typename Mem::template Buffer<T> red(s.rkey(me) == 0 ? n : 0);
         check(MPI_Reduce(send, red.data(), int(n), ty, mpi_op(s.op()), 0, rc), "Reduce");
         if (s.rkey(me) == 0) {
@@ -850,6 +854,26 @@ void fill(const Step& s, T* local, int me) {
     Mem::fill(local, n, Ops<T>::identity(s.op()));
 }
 
+/// Whether $DISTSDFG_STEP_TIMES asks every step to print its wall time on stderr (read once).
+inline bool step_times() {
+    static const bool on = [] {
+        const char* v = std::getenv("DISTSDFG_STEP_TIMES");
+        return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+    }();
+    return on;
+}
+
+inline const char* kind_name(int64_t kind) {
+    switch (kind) {
+        case SCATTER: return "scatter";
+        case GATHER: return "gather";
+        case REDUCE: return "reduce";
+        case FILL: return "fill";
+        case REDIST: return "redistribute";
+        default: return "?";
+    }
+}
+
 /// Runs step ``index`` of ``plan`` on local buffers that ``Mem`` can touch. (A class, so that a
 /// program can replace the host steps of an element type by a prebuilt library's:
 /// distsdfg_host_steps.h.)
@@ -861,6 +885,8 @@ struct StepRunner {
         if (ctx.size != s.nranks())
             throw std::runtime_error("distsdfg: the plan was made for " + std::to_string(s.nranks()) +
                                      " ranks but the communicator has " + std::to_string(ctx.size));
+        const bool timed = step_times();
+        const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
         Mem::begin();
         switch (s.kind()) {
             case SCATTER: scatter<T, Mem>(s, src, dst, ctx); break;
@@ -871,6 +897,11 @@ struct StepRunner {
             default: throw std::runtime_error("distsdfg: unknown step kind");
         }
         Mem::end();
+        if (timed) {
+            const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            std::fprintf(stderr, "[distsdfg] rank %d step %lld (%s): %.3f ms\n", ctx.rank,
+                         static_cast<long long>(index), kind_name(s.kind()), ms);
+        }
     }
 };
 

@@ -1,4 +1,5 @@
-// distsdfg runtime on device buffers (lower(..., target="gpu", cuda_aware_mpi=True)).
+// distsdfg runtime on device buffers (lower(..., target="gpu", cuda_aware_mpi=True)), and on the
+// host staging buffers of GPU programs otherwise (StagedHostMem).
 //
 // The ranks' local buffers live in GPU memory and go to MPI as device pointers, which needs a
 // CUDA-aware MPI. DeviceMem copies boxes with cudaMemcpy2D, allocates its temporaries with
@@ -38,6 +39,15 @@ struct CudaPrim {
     static void sync() { cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 };
 using DeviceMem = PlaneMem<CudaPrim>;
+
+/// Host staging buffers of a GPU program (lower(..., target="gpu") without CUDA-aware MPI): the
+/// step works on pinned host copies of the device buffers, like HostMem, but first waits for the
+/// GPU. DaCe issues the device-to-host copies that fill those host buffers asynchronously and, where
+/// a step only follows such a copy in order (a step that keeps part of its buffer starts from a
+/// copy of it), does not wait for them itself.
+struct StagedHostMem : HostMem {
+    static void begin() { cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+};
 
 }  // namespace
 }  // namespace distsdfg

@@ -14,6 +14,9 @@ from dace.sdfg import SDFG, SDFGState, nodes
 from dace.sdfg import propagation as _propagation
 from dace.sdfg import utils as sdutil
 import dace.library
+from dace.transformation import pass_pipeline as _ppl
+from dace.transformation.interstate import loop_detection as _loop_detection
+from dace.transformation.interstate import loop_to_map as _loop_to_map
 from dace.transformation.transformation import ExpandTransformation
 
 __all__ = [
@@ -629,3 +632,19 @@ def sequential_reduce() -> str:
     if SEQ_REDUCE not in Reduce.implementations:
         Reduce.register_implementation(SEQ_REDUCE, ExpandReduceSequentialByValue)
     return SEQ_REDUCE
+
+
+#: DaCe's loop detection and loop-to-map transformation (distsdfg.loopmaps subclasses them).
+DetectLoop = _loop_detection.DetectLoop
+LoopToMap = _loop_to_map.LoopToMap
+
+
+def pattern_matches(sdfg: SDFG, transformation) -> list:
+    """Every match of ``transformation`` (a transformation class) in ``sdfg``, in DaCe's order."""
+    from dace.transformation.optimizer import Optimizer
+    return list(Optimizer(sdfg).get_pattern_matches(patterns=[transformation]))
+
+
+#: Modifies flag of a pass that only changes library nodes' properties (DaCe 1.0.2 has no
+#: ``Modifies.LibraryNodes``; library nodes count as code nodes, like tasklets).
+MODIFIES_LIBRARY_NODES = getattr(_ppl.Modifies, "LibraryNodes", _ppl.Modifies.Tasklets)

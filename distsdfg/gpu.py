@@ -35,6 +35,7 @@ from dace import dtypes
 from dace.sdfg import SDFG, nodes
 from dace.transformation import pass_pipeline as ppl
 
+from . import dace_compat as dc
 from .errors import DistributedLoweringError, UnsupportedProgramError
 
 __all__ = ["OffloadKernels", "DeviceBufferComm", "build_settings", "gpu_available", "nvcc_path", "cuda_arch",
@@ -216,7 +217,7 @@ class DeviceBufferComm(ppl.Pass):
         self.buffers = buffers
 
     def modifies(self) -> ppl.Modifies:
-        return ppl.Modifies.LibraryNodes
+        return dc.MODIFIES_LIBRARY_NODES
 
     def should_reapply(self, modified: ppl.Modifies) -> bool:
         return False

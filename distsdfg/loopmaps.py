@@ -33,8 +33,9 @@ import sympy
 from dace import data as dt
 from dace import symbolic
 from dace.sdfg import SDFG, SDFGState, nodes
-from dace.transformation.interstate import LoopToMap
-from dace.transformation.interstate.loop_detection import DetectLoop
+
+from . import dace_compat as dc
+from .dace_compat import DetectLoop, LoopToMap
 
 __all__ = ["independent_loops_to_maps", "loop_is_independent"]
 
@@ -286,18 +287,17 @@ def independent_loops_to_maps(sdfg: SDFG) -> int:
     """Turn every for-loop whose iterations are independent into a map (tried on a copy first: a
     loop DaCe fails to turn is left as it is); returns how many were turned."""
     import copy
-    from dace.transformation.optimizer import Optimizer
     turned, k = 0, 0
     while True:
-        if k >= len(list(Optimizer(sdfg).get_pattern_matches(patterns=[IndependentLoopToMap]))):
+        if k >= len(dc.pattern_matches(sdfg, IndependentLoopToMap)):
             return turned            # (matching changes nothing: no copy when there is no loop to turn)
         trial = copy.deepcopy(sdfg)
-        found = list(Optimizer(trial).get_pattern_matches(patterns=[IndependentLoopToMap]))
+        found = dc.pattern_matches(trial, IndependentLoopToMap)
         try:
             found[k].apply_pattern(trial)
             trial.validate()
         except Exception:       # DaCe could not turn this loop: keep it, try the next one
             k += 1
             continue
-        list(Optimizer(sdfg).get_pattern_matches(patterns=[IndependentLoopToMap]))[k].apply_pattern(sdfg)
+        dc.pattern_matches(sdfg, IndependentLoopToMap)[k].apply_pattern(sdfg)
         turned, k = turned + 1, 0

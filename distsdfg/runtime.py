@@ -1,7 +1,6 @@
 """Compile once on rank 0, load everywhere, and run: the wrapper every rank calls."""
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import sys
@@ -16,6 +15,7 @@ from . import dace_compat as dc
 from . import errors
 from . import toolchain
 from .errors import CommunicatorSizeError, DistributedLoweringError, InputError
+from .locks import file_lock
 from .lowering import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS, Lowered
 from .plan import ConcreteStep, encode_plan, evaluate, solve_homes, solve_step
 
@@ -413,7 +413,6 @@ def _cached(folder: str, key: str, name: str) -> bool:
         return False
 
 
-@contextlib.contextmanager
 def build_lock(folder: str, exclusive: bool = True):
     """Hold a lock on the build folder ``folder``: exclusive while building, shared while loading.
 
@@ -421,20 +420,7 @@ def build_lock(folder: str, exclusive: bool = True):
     may share a build folder: the same program, or programs of one name. The lock file lies beside
     the folder, which a build rewrites.
     """
-    import fcntl
-    parent = os.path.dirname(os.path.abspath(folder))
-    os.makedirs(parent, exist_ok=True)
-    with open(os.path.abspath(folder) + ".lock", "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            locked = True
-        except OSError:         # a file system without locks (some parallel ones): go on unlocked
-            locked = False
-        try:
-            yield
-        finally:
-            if locked:
-                fcntl.flock(f, fcntl.LOCK_UN)
+    return file_lock(folder, exclusive)
 
 
 def load_build(folder: str):

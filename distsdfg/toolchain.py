@@ -20,7 +20,6 @@ This is DaCe-version-sensitive code (program folder layout, environment fields) 
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import os
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from . import dace_compat as dc
+from .locks import file_lock
 
 #: Optimisation flags per CMake build type, as DaCe's CMake project appends them (debug info left out
 #: for RelWithDebInfo, DaCe's default: it makes the compile a quarter slower and nobody reads it).
@@ -179,17 +179,6 @@ def _is_gcc(cxx: str) -> bool:
     return "Free Software Foundation" in v and "clang" not in v.lower()
 
 
-@contextlib.contextmanager
-def _locked(path: str):
-    import fcntl
-    with open(path + ".lock", "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX)
-        except OSError:
-            pass
-        yield
-
-
 def _run(argv: List[str], cwd: Optional[str] = None) -> None:
     out = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
     if out.returncode != 0:
@@ -208,7 +197,7 @@ def loader_stub(cxx: str) -> str:
     if os.path.exists(lib):
         return lib
     os.makedirs(folder, exist_ok=True)
-    with _locked(lib):
+    with file_lock(lib):
         if not os.path.exists(lib):
             tmp = lib + f".{os.getpid()}.tmp"
             _run([cxx, "-O2", "-fPIC", "-shared", "-fopenmp", src, "-o", tmp, "-ldl", "-lpthread"])
@@ -236,7 +225,7 @@ def precompiled_header(cxx: str, flags: List[str], headers: List[str]) -> Option
     if os.path.exists(header + ".gch"):
         return header
     os.makedirs(folder, exist_ok=True)
-    with _locked(header):
+    with file_lock(header):
         if not os.path.exists(header + ".gch"):
             with open(header, "w") as f:
                 f.write(text)
@@ -283,7 +272,7 @@ def host_steps_library(cxx: str, flags: List[str], pch: Optional[str], ctype: st
     if os.path.exists(lib):
         return lib
     os.makedirs(folder, exist_ok=True)
-    with _locked(lib):
+    with file_lock(lib):
         if not os.path.exists(lib):
             src = os.path.join(folder, host_step_name(ctype) + ".cpp")
             with open(src, "w") as f:

@@ -334,12 +334,23 @@ def padded_axes(kp: KernelPlan, even_checks: List) -> Tuple[int, ...]:
     return tuple(padded)
 
 
+#: Expressions with more operations than this are not given to ``sympy.simplify``, which can take
+#: minutes on the nested Min/Max/int_floor bounds of tiled maps (DaCe's MapTiling).
+SIMPLIFY_OPS = 40
+
+
+def _cheap_simplify(expr):
+    """``sympy.simplify(expr)`` where that is cheap; large expressions come back as they are (a
+    caller that needs a rank-free size then falls back to the whole array, which is correct)."""
+    return sympy.simplify(expr) if sympy.count_ops(expr) <= SIMPLIFY_OPS else expr
+
+
 def _alloc(boxes: List[Box], shape) -> Tuple[Tuple, Tuple]:
     """Bounding box of the unclamped per-map boxes; its size must not depend on the rank."""
     ndim = len(shape)
     starts = [sympy.Min(*[b[d][0] for b in boxes]) if len(boxes) > 1 else boxes[0][d][0] for d in range(ndim)]
     ends = [sympy.Max(*[b[d][1] for b in boxes]) if len(boxes) > 1 else boxes[0][d][1] for d in range(ndim)]
-    sizes = [sympy.simplify(e - s + 1) for s, e in zip(starts, ends)]
+    sizes = [_cheap_simplify(e - s + 1) for s, e in zip(starts, ends)]
     rank_free = all(not any(str(x).startswith("__dsdfg_k") for x in sympy.sympify(sz).free_symbols) for sz in sizes)
     if not rank_free:
         return tuple(sympy.Integer(0) for _ in shape), tuple(sympy.sympify(s) for s in shape)

@@ -48,6 +48,30 @@ def top_level_nodes(state: SDFGState) -> List[nodes.Node]:
     return [n for n in sdutil.dfs_topological_sort(state) if sd[n] is None]
 
 
+def exact_ranges(sdfg: SDFG) -> int:
+    """Replace DaCe's ``SymExpr`` bounds (an exact value with an approximation, e.g. the
+    ``min(N - 1, t + 3)`` ends of ``MapTiling``'s inner maps) by their exact value in every map range
+    and memlet subset, so that sympy can work with them. Returns how many bounds were replaced."""
+    count = 0
+
+    def plain(r):
+        nonlocal count
+        if isinstance(r, subsets.Range):
+            new = [tuple(x.expr if isinstance(x, symbolic.SymExpr) else x for x in t) for t in r.ranges]
+            count += sum(isinstance(x, symbolic.SymExpr) for t in r.ranges for x in t)
+            r.ranges = new
+
+    for sd in sdfg.all_sdfgs_recursive():
+        for st in sd.states():
+            for n in st.nodes():
+                if isinstance(n, nodes.MapEntry):
+                    plain(n.map.range)
+            for e in st.edges():
+                plain(e.data.subset)
+                plain(e.data.other_subset)
+    return count
+
+
 def simplify(sdfg: SDFG) -> SDFG:
     """DaCe's simplify() followed by our repair of its known miscompilations."""
     sdfg.simplify()

@@ -179,7 +179,7 @@ def _compiled(expr: str):
     if not syms:
         v = int(e)
         return (), (lambda *a: v)
-    f = sympy.lambdify(syms, e, modules=[{"int_ceil": lambda a, b: -(-a // b), "Min": min, "Max": max,
+    f = sympy.lambdify(syms, e, modules=[{"int_ceil": lambda a, b: -(-a // b), "int_floor": lambda a, b: a // b, "Min": min, "Max": max,
                                            "floor": lambda x: int(np.floor(x)), "ceiling": lambda x: int(np.ceil(x))},
                                           "math"])
     return tuple(str(s) for s in syms), f

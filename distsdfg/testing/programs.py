@@ -501,6 +501,12 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
 
 
 def get(name: str) -> Program:
+    """The sample program ``name``; ``"name@Transformation"``: it after one of DaCe's
+    transformations (``distsdfg.testing.transformed``)."""
+    if "@" in name:
+        from .transformed import transformed
+        base, _, how = name.partition("@")
+        return transformed(get(base), how)
     if name not in PROGRAMS:
         from .accumulations import ACCUMULATIONS       # accumulations in maps (issue 21)
         from .triangular import TRIANGULAR             # triangular loops, loops of library calls (issue 23)

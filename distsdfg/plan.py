@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -468,10 +467,8 @@ def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None):
 
 
 def _overlapping(blocks: List[RankBlock]) -> bool:
-    for a, b in itertools.combinations(blocks, 2):
-        if all(sa < sb + nb and sb < sa + na for sa, na, sb, nb in zip(a.start, a.size, b.start, b.size)):
-            return True
-    return False
+    from .boxindex import any_overlap
+    return any_overlap([(b.start, b.size) for b in blocks])
 
 
 def _encode_redist(cs: ConcreteRedist, rank: int) -> List[int]:

@@ -141,8 +141,9 @@ class CommPlan:
                     sent[q] += ((n - piece) + (k - 1) * piece) * item
                     recv[q] += ((k - 1) * piece + (n - piece)) * item
             elif c == "Reduce_scatter":
+                whole = sum(volume(self.dst[r]) for r in g)
                 for q in g:
-                    sent[q] += sum(volume(self.dst[r]) for r in g if r != q) * item
+                    sent[q] += (whole - volume(self.dst[q])) * item
                     recv[q] += (k - 1) * volume(self.dst[q]) * item
             elif c == "Reduce":
                 root = next(q for q in g if self.dst[q] is not None)
@@ -152,9 +153,10 @@ class CommPlan:
                         sent[q] += n * item
                         recv[root] += n * item
             elif c == "Allgatherv":
+                whole = sum(volume(self.pieces[r]) for r in g)
                 for q in g:
                     sent[q] += (k - 1) * volume(self.pieces[q]) * item
-                    recv[q] += sum(volume(self.pieces[r]) for r in g if r != q) * item
+                    recv[q] += (whole - volume(self.pieces[q])) * item
         return tuple(sent), tuple(recv)
 
     @property
@@ -214,8 +216,8 @@ def _groups_by_block(blocks: Sequence[Optional[Box]]) -> Dict[Box, List[int]]:
 
 def _clean(groups: Dict[Box, List[int]]) -> bool:
     """Distinct blocks are pairwise disjoint (ranks hold either the same block or unrelated ones)."""
-    bs = list(groups)
-    return all(intersect(a, b) is None for i, a in enumerate(bs) for b in bs[i + 1:])
+    from .boxindex import any_overlap
+    return not any_overlap(list(groups))
 
 
 def _partial_plan(array, src, dst, op, P, item) -> CommPlan:
@@ -229,12 +231,12 @@ def _partial_plan(array, src, dst, op, P, item) -> CommPlan:
             used = [g for g in members if any(dst[q] is not None for q in g)]
             return CommPlan(collective="Reduce", groups=tuple(tuple(g) for g in used), **base)
         return CommPlan(collective="Reduce_scatter", groups=tuple(tuple(g) for g in members), **base)
+    from .boxindex import BoxIndex
+    index = BoxIndex(src)          # the contributors to each rank's block, without trying all pairs
     msgs = []
     for q, d in enumerate(dst):
-        for p, s in enumerate(src):
-            box = intersect(s, d)
-            if box is not None:
-                msgs.append(Message(p, q, box))
+        for p in index.hits(d):
+            msgs.append(Message(p, q, intersect(src[p], d)))
     return CommPlan(collective="Alltoallv", messages=tuple(msgs), **base)
 
 
@@ -264,9 +266,15 @@ def _allgather(src, dst) -> Optional[Tuple[List[Tuple[int, ...]], List[Optional[
     return out, pieces
 
 
-def _holders_order(q: int, P: int) -> List[int]:
-    """Senders tried for receiver ``q``: the nearest ranks after it first, to spread the load."""
-    return [(q + i) % P for i in range(1, P)]
+def _holders(index, need: Box, q: int, P: int) -> List[int]:
+    """Senders tried for receiver ``q``: the nearest ranks after it first, to spread the load.
+
+    Of the ranks that hold one block, only the first after ``q`` can send anything (the others'
+    elements are gone from what ``q`` still lacks by their turn), and only blocks that meet
+    ``need`` matter, so these are the candidates: the same messages as trying every rank in turn."""
+    firsts = {index.first_after(j, q) for j in index.distinct_hits(need)}
+    firsts.discard(None)
+    return sorted(firsts, key=lambda p: (p - q) % P)
 
 
 def plan_redistribution(array: str, src: Sequence[Optional[Box]], dst: Sequence[Optional[Box]],
@@ -303,7 +311,9 @@ def plan_redistribution(array: str, src: Sequence[Optional[Box]], dst: Sequence[
 def _fetch(array, src, dst, strict: bool) -> List[Message]:
     """Messages that give every rank its destination box: its own part locally, the rest from one
     holder each (the nearest ranks after it first). ``strict``: every needed element must be held."""
+    from .boxindex import BoxIndex
     P = len(src)
+    index = BoxIndex(src)
     msgs: List[Message] = []
     for q, need in enumerate(dst):
         if need is None:
@@ -312,7 +322,7 @@ def _fetch(array, src, dst, strict: bool) -> List[Message]:
         if own is not None:
             msgs.append(Message(q, q, own))
         rest = subtract(need, src[q])
-        for p in _holders_order(q, P):
+        for p in _holders(index, need, q, P) if rest else ():
             if not rest:
                 break
             nxt: List[Box] = []

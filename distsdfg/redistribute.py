@@ -118,10 +118,15 @@ class CommPlan:
     groups: Tuple[Tuple[int, ...], ...] = ()
     pieces: Tuple[Optional[Box], ...] = ()
     messages: Tuple[Message, ...] = ()
+    #: solved for this rank alone (``plan_redistribution(rank=...)``): ``messages`` are its own
+    rank: Optional[int] = None
 
     # -- bytes ------------------------------------------------------------------------------------
     def traffic(self) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
         """Bytes sent and received per rank by the MPI call (self excluded); see docs/redistribution.md."""
+        if self.rank is not None:
+            raise ValueError(f"the plan of `{self.array}` was solved for rank {self.rank} alone and holds only its "
+                             f"messages; solve it for every rank (rank=None) to price the traffic")
         P, item = self.nranks, self.itemsize
         sent, recv = [0] * P, [0] * P
         c = self.collective
@@ -185,7 +190,7 @@ class CommPlan:
         return cls(d["array"], d["collective"], d["nranks"], d["itemsize"], d["op"],
                    tuple(box(b) for b in d["src"]), tuple(box(b) for b in d["dst"]),
                    tuple(tuple(g) for g in d["groups"]), tuple(box(b) for b in d["pieces"]),
-                   tuple(Message(m["src"], m["dst"], box(m["box"])) for m in d["messages"]))
+                   tuple(Message(m["src"], m["dst"], box(m["box"])) for m in d["messages"]), d.get("rank"))
 
     def __str__(self):
         what = {"local": "local copy, no communication",
@@ -220,8 +225,8 @@ def _clean(groups: Dict[Box, List[int]]) -> bool:
     return not any_overlap(list(groups))
 
 
-def _partial_plan(array, src, dst, op, P, item) -> CommPlan:
-    base = dict(array=array, nranks=P, itemsize=item, op=op, src=tuple(src), dst=tuple(dst))
+def _partial_plan(array, src, dst, op, P, item, rank=None) -> CommPlan:
+    base = dict(array=array, nranks=P, itemsize=item, op=op, src=tuple(src), dst=tuple(dst), rank=rank)
     groups = _groups_by_block(src)
     if _clean(groups) and all(d is None or (s is not None and contains(s, d)) for s, d in zip(src, dst)):
         members = sorted(groups.values())
@@ -233,10 +238,11 @@ def _partial_plan(array, src, dst, op, P, item) -> CommPlan:
         return CommPlan(collective="Reduce_scatter", groups=tuple(tuple(g) for g in members), **base)
     from .boxindex import BoxIndex
     index = BoxIndex(src)          # the contributors to each rank's block, without trying all pairs
-    msgs = []
-    for q, d in enumerate(dst):
-        for p in index.hits(d):
-            msgs.append(Message(p, q, intersect(src[p], d)))
+    if rank is None:
+        pairs = [(q, p) for q, d in enumerate(dst) for p in index.hits(d)]
+    else:                          # what it receives, and the ranks whose blocks its own contribution meets
+        pairs = sorted({(rank, p) for p in index.hits(dst[rank])} | {(q, rank) for q in BoxIndex(dst).hits(src[rank])})
+    msgs = [Message(p, q, intersect(src[p], dst[q])) for q, p in pairs]
     return CommPlan(collective="Alltoallv", messages=tuple(msgs), **base)
 
 
@@ -278,11 +284,17 @@ def _holders(index, need: Box, q: int, P: int) -> List[int]:
 
 
 def plan_redistribution(array: str, src: Sequence[Optional[Box]], dst: Sequence[Optional[Box]],
-                        op: Optional[str] = None, itemsize: int = 8, inplace: bool = False) -> CommPlan:
+                        op: Optional[str] = None, itemsize: int = 8, inplace: bool = False,
+                        rank: Optional[int] = None) -> CommPlan:
     """The cheapest correct way from layout ``src`` (``op``: partial) to layout ``dst``.
 
     ``inplace``: both layouts are views of one buffer per rank; a rank keeps what it holds and
-    receives only the rest of its destination box that some other rank holds."""
+    receives only the rest of its destination box that some other rank holds.
+
+    ``rank``: solve for that rank only: the plan's ``messages`` are those it sends or receives
+    (in the same order as in the whole plan), found from the blocks that meet its own; the
+    collective, groups and pieces are the whole plan's. Such a plan drives the runtime on that
+    rank but cannot price the others' traffic."""
     src = [_norm(b) for b in src]
     dst = [_norm(b) for b in dst]
     P = len(src)
@@ -291,31 +303,44 @@ def plan_redistribution(array: str, src: Sequence[Optional[Box]], dst: Sequence[
     if inplace:
         if op is not None:
             raise ValueError("an in-place redistribution cannot combine partial results")
-        msgs = tuple(m for m in _fetch(array, src, dst, strict=False) if m.src != m.dst)
-        return CommPlan(array=array, collective="Isend/Irecv" if msgs else "local", nranks=P, itemsize=itemsize,
-                        op=None, src=tuple(src), dst=tuple(dst), messages=msgs)
+        msgs = tuple(m for m in _fetch(array, src, dst, strict=False, rank=rank) if m.src != m.dst)
+        if rank is None:
+            moves = bool(msgs)
+        else:
+            moves = _moves(src, dst)
+        return CommPlan(array=array, collective="Isend/Irecv" if moves else "local", nranks=P, itemsize=itemsize,
+                        op=None, src=tuple(src), dst=tuple(dst), messages=msgs, rank=rank)
     if op is not None and _clean(_groups_by_block(src)) and all(len(g) == 1 for g in _groups_by_block(src).values()):
         op = None          # no element has two contributions: nothing to combine
     if op is not None:
-        return _partial_plan(array, src, dst, op, P, itemsize)
-    base = dict(array=array, nranks=P, itemsize=itemsize, op=None, src=tuple(src), dst=tuple(dst))
+        return _partial_plan(array, src, dst, op, P, itemsize, rank)
+    base = dict(array=array, nranks=P, itemsize=itemsize, op=None, src=tuple(src), dst=tuple(dst), rank=rank)
     if all(contains(s, d) for s, d in zip(src, dst)):
-        msgs = tuple(Message(q, q, d) for q, d in enumerate(dst) if d is not None)
+        msgs = tuple(Message(q, q, d) for q, d in enumerate(dst) if d is not None and rank in (None, q))
         return CommPlan(collective="local", messages=msgs, **base)
     ag = _allgather(src, dst)
     if ag is not None and _covers_all(ag[0], dst):
         return CommPlan(collective="Allgatherv", groups=tuple(ag[0]), pieces=tuple(ag[1]), **base)
-    return CommPlan(collective="Alltoallw", messages=tuple(_fetch(array, src, dst, strict=True)), **base)
+    return CommPlan(collective="Alltoallw", messages=tuple(_fetch(array, src, dst, strict=True, rank=rank)), **base)
 
 
-def _fetch(array, src, dst, strict: bool) -> List[Message]:
+def _fetch(array, src, dst, strict: bool, rank: Optional[int] = None) -> List[Message]:
     """Messages that give every rank its destination box: its own part locally, the rest from one
-    holder each (the nearest ranks after it first). ``strict``: every needed element must be held."""
+    holder each (the nearest ranks after it first). ``strict``: every needed element must be held.
+
+    ``rank``: only the messages it sends or receives: its own fetch, and the fetches of the ranks
+    whose destination boxes meet its source block."""
     from .boxindex import BoxIndex
     P = len(src)
     index = BoxIndex(src)
+    receivers = range(P)
+    if rank is not None:
+        if strict and not _covered(index, dst):     # raise on every rank alike, with the whole solve's message
+            return _fetch(array, src, dst, strict)
+        receivers = sorted(set(BoxIndex(dst).hits(src[rank])) | {rank})
     msgs: List[Message] = []
-    for q, need in enumerate(dst):
+    for q in receivers:
+        need = dst[q]
         if need is None:
             continue
         own = intersect(src[q], need)
@@ -339,8 +364,37 @@ def _fetch(array, src, dst, strict: bool) -> List[Message]:
             raise UnsupportedProgramError(
                 f"`{array}`: rank {q} needs elements {rest[0]} that no rank holds after the previous kernel; "
                 f"schedule the producer so that it writes every element its consumers read")
+    if rank is not None:
+        msgs = [m for m in msgs if rank in (m.src, m.dst)]
     msgs.sort(key=lambda m: (m.src, m.dst))
     return msgs
+
+
+def _covered(index, dst) -> bool:
+    """Every element of every destination box is held by some rank of the indexed source layout."""
+    from .boxindex import BoxIndex
+    for need in BoxIndex(dst).distinct:
+        rest = [need]
+        for j in index.distinct_hits(need):
+            rest = [piece for b in rest for piece in subtract(b, index.distinct[j])]
+            if not rest:
+                break
+        if rest:
+            return False
+    return True
+
+
+def _moves(src, dst) -> bool:
+    """Whether an in-place redistribution sends anything: some rank lacks part of its destination
+    box that another rank holds (what ``_fetch`` would make a message of)."""
+    from .boxindex import BoxIndex
+    index = BoxIndex(src)
+    for q, need in enumerate(dst):
+        rest = subtract(need, src[q]) if need is not None else []
+        for j in index.distinct_hits(need) if rest else ():
+            if index.first_after(j, q) is not None and any(intersect(b, index.distinct[j]) for b in rest):
+                return True
+    return False
 
 
 def _covers_all(groups, dst) -> bool:

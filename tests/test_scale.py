@@ -1,5 +1,6 @@
 """Solving for many ranks without comparing every pair: the indexed solver gives exactly the
 plans of the pairwise definitions (unit tier: no compile, no MPI)."""
+import dataclasses
 import itertools
 
 import numpy as np
@@ -118,3 +119,65 @@ def test_redistribution_messages_match_pairwise(P):
                 assert plan.messages == _fetch_pairwise(src, dst)
             seen.add(plan.collective)
     assert {"Alltoallw", "Alltoallv", "Isend/Irecv", "Allgatherv", "local"} <= seen
+
+
+def _own(plan, r):
+    """The whole plan as rank ``r`` needs it: the messages it sends or receives."""
+    return dataclasses.replace(plan, messages=tuple(m for m in plan.messages if r in (m.src, m.dst)), rank=r)
+
+
+@pytest.mark.parametrize("P", [4, 8])
+def test_per_rank_plans_are_the_whole_plans_messages(P):
+    """``plan_redistribution(rank=r)``: the whole plan's collective, groups and pieces, and exactly
+    the messages rank r sends or receives, in the same order."""
+    rng = np.random.default_rng(200 + P)
+    layouts = _layouts(P, rng)
+    for src, dst in itertools.product(layouts, repeat=2):
+        for op, inplace in (("sum", False), (None, False), (None, True)):
+            try:
+                whole = plan_redistribution("X", src, dst, op, inplace=inplace)
+            except UnsupportedProgramError:
+                for r in range(P):
+                    with pytest.raises(UnsupportedProgramError):
+                        plan_redistribution("X", src, dst, op, inplace=inplace, rank=r)
+                continue
+            for r in range(P):
+                assert plan_redistribution("X", src, dst, op, inplace=inplace, rank=r) == _own(whole, r)
+    with pytest.raises(ValueError, match="rank 1 alone"):
+        plan_redistribution("X", layouts[0], layouts[1], rank=1).traffic()
+
+
+def _lowered(sdfg, schedule, **sizes):
+    import distsdfg
+    from distsdfg.report import _values
+    from distsdfg.runtime import lowered_of
+    distsdfg.lower(sdfg, schedule)
+    return lowered_of(sdfg), _values(sdfg, sizes)
+
+
+def _check_tables(low, values, P):
+    """Every rank's call-time solve equals the whole solve restricted to that rank, table for table."""
+    from distsdfg.plan import ConcreteRedist, encode_plan
+    from distsdfg.runtime import solve_plan
+    whole = solve_plan(low, values, P)
+    redists = 0
+    for r in range(P):
+        mine = solve_plan(low, values, P, rank=r)
+        want = [dataclasses.replace(cs, plan=_own(cs.plan, r)) if isinstance(cs, ConcreteRedist) else cs
+                for cs in whole]
+        assert mine == want
+        assert np.array_equal(encode_plan(mine, r), encode_plan(want, r))
+        redists += sum(isinstance(cs, ConcreteRedist) and cs.plan.collective != "local" for cs in mine)
+    return redists
+
+
+def test_per_rank_solve_of_programs(programs, P=6):
+    """Whole programs (symbolic lowering, no compile): grid-to-grid steps between matrix products
+    (partial sums, Alltoallw), an MLP, and in-place halo exchanges of a Jacobi loop."""
+    import distsdfg
+    moved = 0
+    for name, sizes in [("matrix_chain", dict(NS=40, NT=8, NH=64)), ("mlp", {}), ("jacobi2d", dict(N=18, TSTEPS=3))]:
+        sdfg = getattr(programs, name).to_sdfg()
+        sched = distsdfg.auto_schedule(sdfg, P, verify=False, **sizes)
+        moved += _check_tables(*_lowered(sdfg, sched, **sizes), P)
+    assert moved > 0

@@ -442,13 +442,13 @@ def measured_bytes(sdfg: SDFG, schedule, nprocs: int, **sizes) -> int:
     import warnings
 
     from .lowering import lower_sdfg
-    from .report import comm_report
+    from .report import comm_report, sent_once
     sd = copy.deepcopy(sdfg)
     sd._distsdfg = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lower_sdfg(sd, Schedule.of(as_schedule(schedule).as_dict()))
-        return sum(sum(s.sent) for s in comm_report(sd, nprocs=nprocs, **sizes))
+        return sum(sent_once(s) for s in comm_report(sd, nprocs=nprocs, summary=True, **sizes))
 
 
 def _verified(sdfg, g, nprocs, candidates, sizes) -> Schedule:

@@ -181,3 +181,31 @@ def test_per_rank_solve_of_programs(programs, P=6):
         sched = distsdfg.auto_schedule(sdfg, P, verify=False, **sizes)
         moved += _check_tables(*_lowered(sdfg, sched, **sizes), P)
     assert moved > 0
+
+
+def test_comm_report_summary(programs):
+    """Summaries equal the per-rank report summed, call by call; they are the default above
+    SUMMARY_ABOVE ranks; format_report and the bytes total read both kinds."""
+    import distsdfg
+    from distsdfg.report import SUMMARY_ABOVE, CommSummary, format_report, sent_once
+    sdfg = programs.get("mlp").sdfg()
+    sizes = {}
+    distsdfg.lower(sdfg, distsdfg.auto_schedule(sdfg, 8, verify=False))
+    full = distsdfg.comm_report(sdfg, nprocs=8, **sizes)
+    summ = distsdfg.comm_report(sdfg, nprocs=8, summary=True, **sizes)
+    assert full and len(summ) == len(full) and all(isinstance(s, CommSummary) for s in summ)
+    for f, s in zip(full, summ):
+        assert (s.collective, s.array, s.nranks, s.repeats) == (f.collective, f.array, 8, f.repeats)
+        assert (s.bytes_sent, s.bytes_received) == (sum(f.sent), sum(f.received))
+        assert (s.max_sent, s.max_received) == (max(f.sent), max(f.received))
+        assert s.ranks == sum(1 for a, b in zip(f.sent, f.received) if a or b)
+        assert 0 < s.pairs <= 8 * 7
+        if f.collective in ("Scatterv", "Bcast"):          # one sender per receiver: root or group head
+            assert s.pairs == sum(1 for b in f.received if b)
+        if f.collective == "Gatherv":
+            assert s.pairs == sum(1 for b in f.sent if b)
+    assert format_report(summ).splitlines()[-1] == format_report(full).splitlines()[-1]
+    big = distsdfg.comm_report(sdfg, nprocs=SUMMARY_ABOVE + 1, **sizes)
+    assert big and all(isinstance(s, CommSummary) and s.nranks == SUMMARY_ABOVE + 1 for s in big)
+    assert sum(sent_once(s) for s in big) == sum(sent_once(s) for s in
+                                                  distsdfg.comm_report(sdfg, nprocs=SUMMARY_ABOVE + 1, summary=False))

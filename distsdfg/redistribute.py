@@ -29,6 +29,7 @@ collective              when
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Dict, List, Optional, Sequence, Tuple
 
 __all__ = ["Box", "Message", "CommPlan", "plan_redistribution", "intersect", "subtract", "contains", "volume"]
@@ -426,11 +427,18 @@ def reshape_box(box: Optional[Box], vshape: Sequence[int], tshape: Sequence[int]
     """A box of a row-major array of shape ``vshape`` seen as one of shape ``tshape`` (a reshape).
 
     Raises ValueError when the elements do not form a box in the new shape (a block that
-    crosses a boundary of a merged dimension).
+    crosses a boundary of a merged dimension). Remembered: a solve asks for the same blocks of a
+    view in every step that uses its layout.
     """
-    import numpy as np
     if box is None:
         return None
+    return _reshape_box(tuple(tuple(int(x) for x in part) for part in box), tuple(int(n) for n in vshape),
+                        tuple(int(n) for n in tshape))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _reshape_box(box: Box, vshape: Tuple[int, ...], tshape: Tuple[int, ...]) -> Box:
+    import numpy as np
     groups = _dim_groups(list(vshape), list(tshape))
     if groups is None:
         raise ValueError(f"shapes {tuple(vshape)} and {tuple(tshape)} are not reshapes of each other")

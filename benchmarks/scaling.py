@@ -32,6 +32,7 @@ def _timed(call):
 def scaling_row(wname: str, preset: str, nprocs: int, tables: bool = True) -> Dict[str, object]:
     """Times of the steps for one workload on ``nprocs`` ranks (or the error that stopped them)."""
     import distsdfg
+    from distsdfg.report import sent_once
     w = get(wname)
     sizes = sizes_of(w, preset)
     symbols = w.symbols(sizes, w.inputs(sizes, np.random.default_rng(0)))
@@ -42,7 +43,7 @@ def scaling_row(wname: str, preset: str, nprocs: int, tables: bool = True) -> Di
         _, out["lower_s"] = _timed(lambda: distsdfg.lower(sdfg, sched))
         if tables:
             report, out["tables_s"] = _timed(lambda: distsdfg.comm_report(sdfg, nprocs=nprocs, **symbols))
-            out["bytes"] = int(sum(sum(s.sent) for s in report))
+            out["bytes"] = int(sum(sent_once(s) for s in report))
     except Exception as exc:        # e.g. no partitioning of a small extent into P parts
         out["error"] = f"{type(exc).__name__}: {exc}"[:300]
     return out

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -52,22 +53,24 @@ def cmd_maps(args):
 
 def cmd_plan(args):
     import distsdfg
-    from distsdfg.report import bytes_per_kernel, format_report, matmul_io_lower_bounds
+    from distsdfg.report import SUMMARY_ABOVE, bytes_per_kernel, format_report, matmul_io_lower_bounds
     sdfg, sizes = _lowered(args)
     P = args.n or sdfg._distsdfg.nprocs
-    steps = distsdfg.comm_report(sdfg, nprocs=P, **sizes)
+    summary = P > SUMMARY_ABOVE         # per-rank lists of thousands of entries say little: sums per call
+    steps = distsdfg.comm_report(sdfg, nprocs=P, summary=summary, **sizes)
     per_kernel = bytes_per_kernel(sdfg, nprocs=P, **sizes)
     try:
         # The bound counts each element as starting on one rank: not so when inputs arrive replicated.
         bounds = [] if sdfg._distsdfg.boundary else matmul_io_lower_bounds(sdfg, P, **sizes)
     except distsdfg.DistributedLoweringError:      # sizes that the tiled maps leave symbolic
         bounds = []
-    total = sum(sum(s.total_sent) if isinstance(s.repeats, int) else sum(s.sent) for s in steps)
+    total = sum(_sent(s) * (s.repeats if isinstance(s.repeats, int) else 1) for s in steps)
     if args.json:
         print(json.dumps({
             "schedule": {k: list(g) for k, g in sdfg._distsdfg.schedule.grids},
             "nprocs": P,
-            "steps": [{"collective": s.collective, "array": s.array, "sent": list(s.sent), "received": list(s.received),
+            "steps": [dataclasses.asdict(s) if summary else
+                      {"collective": s.collective, "array": s.array, "sent": list(s.sent), "received": list(s.received),
                        "repeats": s.repeats, "at_most": s.at_most} for s in steps],
             "bytes_per_kernel": per_kernel,
             "total_bytes": total,
@@ -84,11 +87,16 @@ def cmd_plan(args):
                 print(f"  {p}")
         print(format_report(steps))
         for key, b in bounds:
-            print(f"I/O lower bound for {key}: {b:,.0f} bytes per rank (the busiest rank here receives "
-                  f"{_busiest(steps):,})")
+            busiest = f"at most {sum(s.max_received for s in steps):,}" if summary else f"{_busiest(steps):,}"
+            print(f"I/O lower bound for {key}: {b:,.0f} bytes per rank (the busiest rank here receives {busiest})")
     if args.plot:
         from distsdfg.plot import bar_chart_png
         bar_chart_png(list(per_kernel), list(per_kernel.values()), args.plot, title=f"bytes per kernel, P={P}")
+
+
+def _sent(step) -> int:
+    from distsdfg.report import sent_once
+    return sent_once(step)
 
 
 def _busiest(steps) -> int:

@@ -366,48 +366,75 @@ def _reshaped(start: Tuple[int, ...], size: Tuple[int, ...], vshape: Tuple[int, 
         return None
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _dst_in_src(dst: Tuple, dshape: Tuple[int, ...], sshape: Tuple[int, ...], P: int):
+    """The blocks of layout ``dst`` of the view of shape ``dshape`` as blocks of shape ``sshape``
+    (each distinct block converted once); None where one is not a block there. Remembered: the
+    planner prices every source layout against the same destination layouts."""
+    import numpy as np
+    d0, d1 = _boxes(dst, dshape, P)
+    boxes, which = np.unique(np.concatenate([d0, d1], axis=1), axis=0, return_inverse=True)
+    nd = d0.shape[1]
+    conv = np.zeros((len(boxes), 2 * len(sshape)), np.int64)
+    for i, box in enumerate(boxes):
+        if np.all(box[nd:] > 0):
+            b = _reshaped(tuple(map(int, box[:nd])), tuple(map(int, box[nd:])), tuple(dshape), tuple(sshape))
+            if b is None:
+                return None
+            conv[i] = b[0] + b[1]
+    conv = conv[np.asarray(which).reshape(-1)]
+    return conv[:, :len(sshape)], conv[:, len(sshape):]
+
+
+def _vol(sz):
+    import numpy as np
+    return np.prod(np.maximum(sz, 0), axis=-1)
+
+
+def _inter(a0, a1, b0, b1):
+    import numpy as np
+    lo = np.maximum(a0, b0)
+    hi = np.minimum(a0 + a1, b0 + b1)
+    return _vol(hi - lo)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _partial_groups(src: Tuple, sshape: Tuple[int, ...], P: int):
+    """Of a partial layout: which ranks hold a block, the groups of ranks with equal blocks, and
+    whether distinct blocks are disjoint (remembered per layout, like ``_boxes``)."""
+    import numpy as np
+    s0, s1 = _boxes(src, sshape, P)
+    have = _vol(s1) > 0
+    groups: Dict[Tuple, List[int]] = {}
+    for q in np.flatnonzero(have):
+        groups.setdefault(tuple(s0[q]) + tuple(s1[q]), []).append(int(q))
+    reps = np.array([g[0] for g in groups.values()], dtype=np.int64)
+    return have, list(groups.values()), _disjoint(s0[reps], s1[reps], _inter)
+
+
 def layout_bytes(src: Tuple, sshape, dst: Tuple, dshape, P: int) -> int:
     """Elements the redistribution from layout ``src`` to ``dst`` moves (redistribute.py's rules)."""
     import numpy as np
+    sshape, dshape = tuple(sshape), tuple(dshape)
     s0, s1 = _boxes(src, sshape, P)
-    d0, d1 = _boxes(dst, dshape, P)
-    if tuple(sshape) != tuple(dshape):
-        # each distinct block once (ranks that replicate a block share it)
-        boxes, which = np.unique(np.concatenate([d0, d1], axis=1), axis=0, return_inverse=True)
-        nd = d0.shape[1]
-        conv = np.zeros((len(boxes), 2 * len(sshape)), np.int64)
-        for i, box in enumerate(boxes):
-            if np.all(box[nd:] > 0):
-                b = _reshaped(tuple(map(int, box[:nd])), tuple(map(int, box[nd:])), tuple(dshape), tuple(sshape))
-                if b is None:
-                    return int(P * math.prod(sshape))       # not expressible: a full exchange
-                conv[i] = b[0] + b[1]
-        conv = conv[np.asarray(which).reshape(-1)]
-        d0, d1 = conv[:, :len(sshape)], conv[:, len(sshape):]
-    vol = lambda sz: np.prod(np.maximum(sz, 0), axis=-1)  # noqa: E731
-
-    def inter(a0, a1, b0, b1):
-        lo = np.maximum(a0, b0)
-        hi = np.minimum(a0 + a1, b0 + b1)
-        return vol(hi - lo)
-
+    if sshape != dshape:
+        conv = _dst_in_src(dst, dshape, sshape, P)
+        if conv is None:
+            return int(P * math.prod(sshape))       # not expressible: a full exchange
+        d0, d1 = conv
+    else:
+        d0, d1 = _boxes(dst, dshape, P)
+    vol, inter = _vol, _inter
     partial = any(r == "A" for _, r in src)
     if not partial:
         return int((vol(d1) - inter(s0, s1, d0, d1)).sum())
     # Partial sums: ranks with the same block form groups.
-    have = vol(s1) > 0
-    keys = [tuple(s0[q]) + tuple(s1[q]) if have[q] else None for q in range(P)]
-    groups: Dict[Tuple, List[int]] = {}
-    for q, k in enumerate(keys):
-        if k is not None:
-            groups.setdefault(k, []).append(q)
-    reps = np.array([g[0] for g in groups.values()], dtype=np.int64)
-    clean = _disjoint(s0[reps], s1[reps], inter)
+    have, groups, clean = _partial_groups(src, sshape, P)
     need = vol(d1) > 0
     inside = bool(np.all(~need | (have & (inter(s0, s1, d0, d1) == vol(d1)))))
     if clean and inside:
         total = 0
-        for g in groups.values():
+        for g in groups:
             k, n = len(g), int(vol(s1[g[0]]))
             if k < 2:
                 continue
@@ -418,7 +445,23 @@ def layout_bytes(src: Tuple, sshape, dst: Tuple, dshape, P: int) -> int:
             else:
                 total += (k - 1) * int(sum(vol(d1[q]) for q in g))        # Reduce_scatter
         return total
-    return sum(int(cross.sum()) for cross in _pairs(s0, s1, d0, d1, inter))   # Alltoallv
+    return _cross_elements(s0, s1, d0, d1)      # Alltoallv
+
+
+def _cross_elements(s0, s1, d0, d1) -> int:
+    """Elements of source box i inside destination box j, summed over all rank pairs i != j: every
+    pair of distinct boxes priced once and weighted by how many ranks hold each (replicated partial
+    blocks make far fewer distinct boxes than ranks), minus each rank's own pair."""
+    import numpy as np
+    nd = s0.shape[1]
+    sb, sc = np.unique(np.concatenate([s0, s1], axis=1), axis=0, return_counts=True)
+    db, dc = np.unique(np.concatenate([d0, d1], axis=1), axis=0, return_counts=True)
+    total = 0
+    for lo in range(0, len(sb), _CHUNK):
+        blk = sb[lo:lo + _CHUNK]
+        cross = _inter(blk[:, None, :nd], blk[:, None, nd:], db[None, :, :nd], db[None, :, nd:])
+        total += int((cross * sc[lo:lo + _CHUNK, None] * dc[None, :]).sum())
+    return total - int(_inter(s0, s1, d0, d1).sum())
 
 
 #: Source ranks per slice when pricing all rank pairs.

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -167,9 +166,12 @@ class CommStep:
 
 
 def _coords(q: int, grid: Sequence[int]) -> Optional[Tuple[int, ...]]:
-    if q >= int(np.prod(grid)):
-        return None
-    return tuple(int(c) for c in np.unravel_index(q, grid)) if grid else ()
+    """Rank ``q``'s row-major coordinates in ``grid`` (None: outside it)."""
+    out = []
+    for g in reversed(grid):
+        q, c = divmod(q, g)
+        out.append(c)
+    return None if q else tuple(reversed(out))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -409,23 +411,25 @@ def _unclipped_blocks(lay, array, values, nranks, gshape, homes):
     return tuple(out), (shapes.pop() if shapes else tuple(1 for _ in gshape),) * nranks
 
 
-def solve_redist(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None) -> ConcreteRedist:
+def solve_redist(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None,
+                 rank: Optional[int] = None) -> ConcreteRedist:
     from .redistribute import plan_redistribution
     src = spec.source
     gshape = tuple(evaluate(s, values) for s in spec.global_shape)
     sblocks, slshape = _layout_blocks(src, spec.array, values, nranks, gshape, homes)
     dblocks, dlshape = _layout_blocks(spec.layout, spec.array, values, nranks, gshape, homes)
     plan = plan_redistribution(spec.array, [_box(b) for b in sblocks], [_box(b) for b in dblocks], src.op,
-                               spec.itemsize, inplace=spec.inplace)
+                               spec.itemsize, inplace=spec.inplace, rank=rank)
     return ConcreteRedist(spec, nranks, gshape, slshape, dlshape, sblocks, dblocks, plan)
 
 
-def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None):
+def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None, rank: Optional[int] = None):
     """Per-rank blocks, and the partition/replicate sub-grids that move them (thesis 5.1).
 
-    ``homes``: the solved homes (``solve_homes``) the step's layouts may refer to."""
+    ``homes``: the solved homes (``solve_homes``) the step's layouts may refer to. ``rank``: a
+    grid-to-grid step keeps only the messages that rank sends or receives (``plan_redistribution``)."""
     if spec.kind == "redist":
-        return solve_redist(spec, values, nranks, homes)
+        return solve_redist(spec, values, nranks, homes, rank)
     gshape = tuple(evaluate(s, values) for s in spec.global_shape)
     lshape = tuple(evaluate(s, values) for s in spec.local_shape)
     grid = spec.grid
@@ -468,10 +472,8 @@ def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None):
 
 
 def _overlapping(blocks: List[RankBlock]) -> bool:
-    for a, b in itertools.combinations(blocks, 2):
-        if all(sa < sb + nb and sb < sa + na for sa, na, sb, nb in zip(a.start, a.size, b.start, b.size)):
-            return True
-    return False
+    from .boxindex import any_overlap
+    return any_overlap([(b.start, b.size) for b in blocks])
 
 
 def _encode_redist(cs: ConcreteRedist, rank: int) -> List[int]:

@@ -33,6 +33,8 @@ __all__ = ["viable", "auto_schedule", "schedule_cost", "explain", "search", "Pla
 
 FRONTIER_LIMIT = 200_000
 EXHAUSTIVE_LIMIT = 2_000_000
+#: Above this many candidate vectors for some vertex, ``dp`` searches a pruned problem (``prune.multilevel``).
+CANDIDATE_LIMIT = 64
 
 
 def _factors(n: int) -> List[int]:
@@ -299,16 +301,27 @@ def _dp(pb: _Problem) -> List[int]:
 SEARCHERS = {"dp": _dp, "greedy": _greedy, "exhaustive": _exhaustive}
 
 
-def search(g: EinGraph, nprocs: int, model: CostModel, searcher: str = "dp", *,
-           allow_fewer: bool = False) -> Plan:
-    if searcher not in SEARCHERS:
-        raise OptionError(f"unknown searcher {searcher!r}: use one of {sorted(SEARCHERS)}")
+def _candidates(g: EinGraph, nprocs: int, model: CostModel, allow_fewer: bool) -> List[List[Tuple[int, ...]]]:
     cands = []
     for v in g.vertices:
         cs = [d for d in viable(v, nprocs, allow_fewer=allow_fewer) if model.fits(v, dict(zip(v.labels, d)))]
         if not cs:
             raise ScheduleError(f"map `{v.key}` has no partitioning that fits the memory limit on {nprocs} ranks")
         cands.append(cs)
+    return cands
+
+
+def search(g: EinGraph, nprocs: int, model: CostModel, searcher: str = "dp", *,
+           allow_fewer: bool = False) -> Plan:
+    """The searcher's plan. ``dp`` is exact over every viable vector (see the module docstring)
+    while no vertex has more than ``CANDIDATE_LIMIT`` of them; above, it searches the pruned
+    problem of ``prune.multilevel`` (exact over the kept vectors) and improves the result by local moves."""
+    if searcher not in SEARCHERS:
+        raise OptionError(f"unknown searcher {searcher!r}: use one of {sorted(SEARCHERS)}")
+    cands = _candidates(g, nprocs, model, allow_fewer)
+    if searcher == "dp" and max(len(c) for c in cands) > CANDIDATE_LIMIT and not allow_fewer and nprocs >= 4:
+        from .prune import multilevel
+        return multilevel(g, nprocs, model, cands)
     pb = _Problem(g, model, cands)
     pb.seeds = [pb.index_of(data_parallel_schedule(g, nprocs)), pb.index_of(sqrt_schedule(g, nprocs))]
     idx = SEARCHERS[searcher](pb)
@@ -442,13 +455,13 @@ def measured_bytes(sdfg: SDFG, schedule, nprocs: int, **sizes) -> int:
     import warnings
 
     from .lowering import lower_sdfg
-    from .report import comm_report
+    from .report import comm_report, sent_once
     sd = copy.deepcopy(sdfg)
     sd._distsdfg = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lower_sdfg(sd, Schedule.of(as_schedule(schedule).as_dict()))
-        return sum(sum(s.sent) for s in comm_report(sd, nprocs=nprocs, **sizes))
+        return sum(sent_once(s) for s in comm_report(sd, nprocs=nprocs, summary=True, **sizes))
 
 
 def _verified(sdfg, g, nprocs, candidates, sizes) -> Schedule:

@@ -29,6 +29,7 @@ collective              when
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Dict, List, Optional, Sequence, Tuple
 
 __all__ = ["Box", "Message", "CommPlan", "plan_redistribution", "intersect", "subtract", "contains", "volume"]
@@ -118,10 +119,15 @@ class CommPlan:
     groups: Tuple[Tuple[int, ...], ...] = ()
     pieces: Tuple[Optional[Box], ...] = ()
     messages: Tuple[Message, ...] = ()
+    #: solved for this rank alone (``plan_redistribution(rank=...)``): ``messages`` are its own
+    rank: Optional[int] = None
 
     # -- bytes ------------------------------------------------------------------------------------
     def traffic(self) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
         """Bytes sent and received per rank by the MPI call (self excluded); see docs/redistribution.md."""
+        if self.rank is not None:
+            raise ValueError(f"the plan of `{self.array}` was solved for rank {self.rank} alone and holds only its "
+                             f"messages; solve it for every rank (rank=None) to price the traffic")
         P, item = self.nranks, self.itemsize
         sent, recv = [0] * P, [0] * P
         c = self.collective
@@ -141,8 +147,9 @@ class CommPlan:
                     sent[q] += ((n - piece) + (k - 1) * piece) * item
                     recv[q] += ((k - 1) * piece + (n - piece)) * item
             elif c == "Reduce_scatter":
+                whole = sum(volume(self.dst[r]) for r in g)
                 for q in g:
-                    sent[q] += sum(volume(self.dst[r]) for r in g if r != q) * item
+                    sent[q] += (whole - volume(self.dst[q])) * item
                     recv[q] += (k - 1) * volume(self.dst[q]) * item
             elif c == "Reduce":
                 root = next(q for q in g if self.dst[q] is not None)
@@ -152,9 +159,10 @@ class CommPlan:
                         sent[q] += n * item
                         recv[root] += n * item
             elif c == "Allgatherv":
+                whole = sum(volume(self.pieces[r]) for r in g)
                 for q in g:
                     sent[q] += (k - 1) * volume(self.pieces[q]) * item
-                    recv[q] += sum(volume(self.pieces[r]) for r in g if r != q) * item
+                    recv[q] += (whole - volume(self.pieces[q])) * item
         return tuple(sent), tuple(recv)
 
     @property
@@ -183,7 +191,7 @@ class CommPlan:
         return cls(d["array"], d["collective"], d["nranks"], d["itemsize"], d["op"],
                    tuple(box(b) for b in d["src"]), tuple(box(b) for b in d["dst"]),
                    tuple(tuple(g) for g in d["groups"]), tuple(box(b) for b in d["pieces"]),
-                   tuple(Message(m["src"], m["dst"], box(m["box"])) for m in d["messages"]))
+                   tuple(Message(m["src"], m["dst"], box(m["box"])) for m in d["messages"]), d.get("rank"))
 
     def __str__(self):
         what = {"local": "local copy, no communication",
@@ -214,12 +222,12 @@ def _groups_by_block(blocks: Sequence[Optional[Box]]) -> Dict[Box, List[int]]:
 
 def _clean(groups: Dict[Box, List[int]]) -> bool:
     """Distinct blocks are pairwise disjoint (ranks hold either the same block or unrelated ones)."""
-    bs = list(groups)
-    return all(intersect(a, b) is None for i, a in enumerate(bs) for b in bs[i + 1:])
+    from .boxindex import any_overlap
+    return not any_overlap(list(groups))
 
 
-def _partial_plan(array, src, dst, op, P, item) -> CommPlan:
-    base = dict(array=array, nranks=P, itemsize=item, op=op, src=tuple(src), dst=tuple(dst))
+def _partial_plan(array, src, dst, op, P, item, rank=None) -> CommPlan:
+    base = dict(array=array, nranks=P, itemsize=item, op=op, src=tuple(src), dst=tuple(dst), rank=rank)
     groups = _groups_by_block(src)
     if _clean(groups) and all(d is None or (s is not None and contains(s, d)) for s, d in zip(src, dst)):
         members = sorted(groups.values())
@@ -229,12 +237,13 @@ def _partial_plan(array, src, dst, op, P, item) -> CommPlan:
             used = [g for g in members if any(dst[q] is not None for q in g)]
             return CommPlan(collective="Reduce", groups=tuple(tuple(g) for g in used), **base)
         return CommPlan(collective="Reduce_scatter", groups=tuple(tuple(g) for g in members), **base)
-    msgs = []
-    for q, d in enumerate(dst):
-        for p, s in enumerate(src):
-            box = intersect(s, d)
-            if box is not None:
-                msgs.append(Message(p, q, box))
+    from .boxindex import BoxIndex
+    index = BoxIndex(src)          # the contributors to each rank's block, without trying all pairs
+    if rank is None:
+        pairs = [(q, p) for q, d in enumerate(dst) for p in index.hits(d)]
+    else:                          # what it receives, and the ranks whose blocks its own contribution meets
+        pairs = sorted({(rank, p) for p in index.hits(dst[rank])} | {(q, rank) for q in BoxIndex(dst).hits(src[rank])})
+    msgs = [Message(p, q, intersect(src[p], dst[q])) for q, p in pairs]
     return CommPlan(collective="Alltoallv", messages=tuple(msgs), **base)
 
 
@@ -264,17 +273,29 @@ def _allgather(src, dst) -> Optional[Tuple[List[Tuple[int, ...]], List[Optional[
     return out, pieces
 
 
-def _holders_order(q: int, P: int) -> List[int]:
-    """Senders tried for receiver ``q``: the nearest ranks after it first, to spread the load."""
-    return [(q + i) % P for i in range(1, P)]
+def _holders(index, need: Box, q: int, P: int) -> List[int]:
+    """Senders tried for receiver ``q``: the nearest ranks after it first, to spread the load.
+
+    Of the ranks that hold one block, only the first after ``q`` can send anything (the others'
+    elements are gone from what ``q`` still lacks by their turn), and only blocks that meet
+    ``need`` matter, so these are the candidates: the same messages as trying every rank in turn."""
+    firsts = {index.first_after(j, q) for j in index.distinct_hits(need)}
+    firsts.discard(None)
+    return sorted(firsts, key=lambda p: (p - q) % P)
 
 
 def plan_redistribution(array: str, src: Sequence[Optional[Box]], dst: Sequence[Optional[Box]],
-                        op: Optional[str] = None, itemsize: int = 8, inplace: bool = False) -> CommPlan:
+                        op: Optional[str] = None, itemsize: int = 8, inplace: bool = False,
+                        rank: Optional[int] = None) -> CommPlan:
     """The cheapest correct way from layout ``src`` (``op``: partial) to layout ``dst``.
 
     ``inplace``: both layouts are views of one buffer per rank; a rank keeps what it holds and
-    receives only the rest of its destination box that some other rank holds."""
+    receives only the rest of its destination box that some other rank holds.
+
+    ``rank``: solve for that rank only: the plan's ``messages`` are those it sends or receives
+    (in the same order as in the whole plan), found from the blocks that meet its own; the
+    collective, groups and pieces are the whole plan's. Such a plan drives the runtime on that
+    rank but cannot price the others' traffic."""
     src = [_norm(b) for b in src]
     dst = [_norm(b) for b in dst]
     P = len(src)
@@ -283,36 +304,51 @@ def plan_redistribution(array: str, src: Sequence[Optional[Box]], dst: Sequence[
     if inplace:
         if op is not None:
             raise ValueError("an in-place redistribution cannot combine partial results")
-        msgs = tuple(m for m in _fetch(array, src, dst, strict=False) if m.src != m.dst)
-        return CommPlan(array=array, collective="Isend/Irecv" if msgs else "local", nranks=P, itemsize=itemsize,
-                        op=None, src=tuple(src), dst=tuple(dst), messages=msgs)
+        msgs = tuple(m for m in _fetch(array, src, dst, strict=False, rank=rank) if m.src != m.dst)
+        if rank is None:
+            moves = bool(msgs)
+        else:
+            moves = _moves(src, dst)
+        return CommPlan(array=array, collective="Isend/Irecv" if moves else "local", nranks=P, itemsize=itemsize,
+                        op=None, src=tuple(src), dst=tuple(dst), messages=msgs, rank=rank)
     if op is not None and _clean(_groups_by_block(src)) and all(len(g) == 1 for g in _groups_by_block(src).values()):
         op = None          # no element has two contributions: nothing to combine
     if op is not None:
-        return _partial_plan(array, src, dst, op, P, itemsize)
-    base = dict(array=array, nranks=P, itemsize=itemsize, op=None, src=tuple(src), dst=tuple(dst))
+        return _partial_plan(array, src, dst, op, P, itemsize, rank)
+    base = dict(array=array, nranks=P, itemsize=itemsize, op=None, src=tuple(src), dst=tuple(dst), rank=rank)
     if all(contains(s, d) for s, d in zip(src, dst)):
-        msgs = tuple(Message(q, q, d) for q, d in enumerate(dst) if d is not None)
+        msgs = tuple(Message(q, q, d) for q, d in enumerate(dst) if d is not None and rank in (None, q))
         return CommPlan(collective="local", messages=msgs, **base)
     ag = _allgather(src, dst)
     if ag is not None and _covers_all(ag[0], dst):
         return CommPlan(collective="Allgatherv", groups=tuple(ag[0]), pieces=tuple(ag[1]), **base)
-    return CommPlan(collective="Alltoallw", messages=tuple(_fetch(array, src, dst, strict=True)), **base)
+    return CommPlan(collective="Alltoallw", messages=tuple(_fetch(array, src, dst, strict=True, rank=rank)), **base)
 
 
-def _fetch(array, src, dst, strict: bool) -> List[Message]:
+def _fetch(array, src, dst, strict: bool, rank: Optional[int] = None) -> List[Message]:
     """Messages that give every rank its destination box: its own part locally, the rest from one
-    holder each (the nearest ranks after it first). ``strict``: every needed element must be held."""
+    holder each (the nearest ranks after it first). ``strict``: every needed element must be held.
+
+    ``rank``: only the messages it sends or receives: its own fetch, and the fetches of the ranks
+    whose destination boxes meet its source block."""
+    from .boxindex import BoxIndex
     P = len(src)
+    index = BoxIndex(src)
+    receivers = range(P)
+    if rank is not None:
+        if strict and not _covered(index, dst):     # raise on every rank alike, with the whole solve's message
+            return _fetch(array, src, dst, strict)
+        receivers = sorted(set(BoxIndex(dst).hits(src[rank])) | {rank})
     msgs: List[Message] = []
-    for q, need in enumerate(dst):
+    for q in receivers:
+        need = dst[q]
         if need is None:
             continue
         own = intersect(src[q], need)
         if own is not None:
             msgs.append(Message(q, q, own))
         rest = subtract(need, src[q])
-        for p in _holders_order(q, P):
+        for p in _holders(index, need, q, P) if rest else ():
             if not rest:
                 break
             nxt: List[Box] = []
@@ -329,8 +365,37 @@ def _fetch(array, src, dst, strict: bool) -> List[Message]:
             raise UnsupportedProgramError(
                 f"`{array}`: rank {q} needs elements {rest[0]} that no rank holds after the previous kernel; "
                 f"schedule the producer so that it writes every element its consumers read")
+    if rank is not None:
+        msgs = [m for m in msgs if rank in (m.src, m.dst)]
     msgs.sort(key=lambda m: (m.src, m.dst))
     return msgs
+
+
+def _covered(index, dst) -> bool:
+    """Every element of every destination box is held by some rank of the indexed source layout."""
+    from .boxindex import BoxIndex
+    for need in BoxIndex(dst).distinct:
+        rest = [need]
+        for j in index.distinct_hits(need):
+            rest = [piece for b in rest for piece in subtract(b, index.distinct[j])]
+            if not rest:
+                break
+        if rest:
+            return False
+    return True
+
+
+def _moves(src, dst) -> bool:
+    """Whether an in-place redistribution sends anything: some rank lacks part of its destination
+    box that another rank holds (what ``_fetch`` would make a message of)."""
+    from .boxindex import BoxIndex
+    index = BoxIndex(src)
+    for q, need in enumerate(dst):
+        rest = subtract(need, src[q]) if need is not None else []
+        for j in index.distinct_hits(need) if rest else ():
+            if index.first_after(j, q) is not None and any(intersect(b, index.distinct[j]) for b in rest):
+                return True
+    return False
 
 
 def _covers_all(groups, dst) -> bool:
@@ -362,11 +427,18 @@ def reshape_box(box: Optional[Box], vshape: Sequence[int], tshape: Sequence[int]
     """A box of a row-major array of shape ``vshape`` seen as one of shape ``tshape`` (a reshape).
 
     Raises ValueError when the elements do not form a box in the new shape (a block that
-    crosses a boundary of a merged dimension).
+    crosses a boundary of a merged dimension). Remembered: a solve asks for the same blocks of a
+    view in every step that uses its layout.
     """
-    import numpy as np
     if box is None:
         return None
+    return _reshape_box(tuple(tuple(int(x) for x in part) for part in box), tuple(int(n) for n in vshape),
+                        tuple(int(n) for n in tshape))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _reshape_box(box: Box, vshape: Tuple[int, ...], tshape: Tuple[int, ...]) -> Box:
+    import numpy as np
     groups = _dim_groups(list(vshape), list(tshape))
     if groups is None:
         raise ValueError(f"shapes {tuple(vshape)} and {tuple(tshape)} are not reshapes of each other")

@@ -1,7 +1,9 @@
-"""comm_report: the bytes every MPI call of a lowered program moves, per rank."""
+"""comm_report: the bytes every MPI call of a lowered program moves, per rank (or, for many
+ranks, summed over the ranks: ``CommSummary``)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+import dataclasses
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
 
 from dace.sdfg import SDFG
 
@@ -14,7 +16,65 @@ from .runtime import lowered_of, solve_plan
 if TYPE_CHECKING:
     from .redistribute import CommPlan
 
-__all__ = ["comm_report", "comm_plans", "format_report", "bytes_per_kernel", "matmul_io_lower_bounds"]
+__all__ = ["comm_report", "comm_plans", "format_report", "bytes_per_kernel", "matmul_io_lower_bounds", "CommSummary",
+           "SUMMARY_ABOVE"]
+
+#: ``comm_report`` summarises (one ``CommSummary`` per MPI call, no per-rank tuples) above this many ranks.
+SUMMARY_ABOVE = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class CommSummary:
+    """One MPI call of a plan, summed over the ranks: what ``comm_report(summary=True)`` gives.
+
+    Bytes follow ``CommStep``'s convention (logical payload, a rank's own block excluded), for
+    one run of the call; ``pairs`` counts the (sender, receiver) rank pairs that exchange data:
+    root or group head and member for Scatterv, Bcast, Gatherv and the replicate Reduce; every
+    ordered pair of a group for Allreduce, Reduce_scatter and Allgatherv; distinct pairs of
+    messages for Alltoallw, Alltoallv and Isend/Irecv; members and their root for a group Reduce.
+    """
+    collective: str
+    array: str
+    nranks: int
+    bytes_sent: int
+    bytes_received: int
+    max_sent: int          # the busiest rank's
+    max_received: int
+    ranks: int             # ranks that send or receive anything
+    pairs: int
+    repeats: object = 1
+    at_most: bool = False
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes sent by all ranks over all repeats (needs a numeric ``repeats``)."""
+        return self.bytes_sent * int(self.repeats)
+
+    def __str__(self):
+        times = "" if self.repeats == 1 else f" x{'<=' if self.at_most else ''}{self.repeats}"
+        return (f"{self.collective:14s} {self.array:16s} sent={self.bytes_sent:,} (busiest rank {self.max_sent:,}, "
+                f"receives at most {self.max_received:,}) ranks={self.ranks}/{self.nranks} pairs={self.pairs}" + times)
+
+
+def _pairs(cs, step: CommStep) -> int:
+    from .plan import ConcreteRedist
+    if isinstance(cs, ConcreteRedist):
+        plan = cs.plan
+        if plan.collective in ("Alltoallw", "Alltoallv", "Isend/Irecv"):
+            return len({(m.src, m.dst) for m in plan.messages if m.src != m.dst})
+        if plan.collective == "Reduce":
+            return sum(len(g) - 1 for g in plan.groups)
+        return sum(len(g) * (len(g) - 1) for g in plan.groups if len(g) > 1)
+    if step.collective in ("Scatterv", "Bcast"):
+        return sum(1 for b in step.received if b)
+    return sum(1 for b in step.sent if b)
+
+
+def _summary(cs, step: CommStep) -> CommSummary:
+    return CommSummary(step.collective, step.array, len(step.sent), sum(step.sent), sum(step.received),
+                       max(step.sent, default=0), max(step.received, default=0),
+                       sum(1 for a, b in zip(step.sent, step.received) if a or b), _pairs(cs, step),
+                       step.repeats, step.at_most)
 
 
 def _values(sdfg: SDFG, symbols, what: str = "comm_report") -> Dict[str, int]:
@@ -49,15 +109,24 @@ def _solved(sdfg: SDFG, nprocs, symbols, what: str):
                         f"e.g. {what}(sdfg, {name}=1024)") from None
 
 
-def comm_report(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List[CommStep]:
+def comm_report(sdfg: SDFG, *, nprocs: Optional[int] = None, summary: Optional[bool] = None,
+                **symbols) -> Union[List[CommStep], List[CommSummary]]:
     """CommSteps of one run of ``sdfg`` for concrete sizes, on ``nprocs`` ranks (default: the schedule's).
 
+    ``summary=True``: one ``CommSummary`` per MPI call instead (bytes and rank pairs summed over
+    the ranks, no per-rank tuples); ``None`` (default): summaries above ``SUMMARY_ABOVE`` ranks.
     A program planned at its first call (``lower(sdfg, "auto")`` without sizes) is planned for
     the sizes given here."""
-    _, values, solved = _solved(sdfg, nprocs, symbols, "comm_report")
-    out: List[CommStep] = []
+    low, values, solved = _solved(sdfg, nprocs, symbols, "comm_report")
+    if summary is None:
+        summary = (solved[0].nranks if solved else 1) > SUMMARY_ABOVE
+    out: list = []
     for cs in solved:
-        out.extend(comm_steps(cs, values))
+        steps = comm_steps(cs, values)
+        if summary:
+            out.extend(_summary(cs, s) for s in steps)
+        else:
+            out.extend(steps)
     return out
 
 
@@ -69,21 +138,27 @@ def comm_plans(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List["
     return [cs.plan for cs in solved if isinstance(cs, ConcreteRedist)]
 
 
-def format_report(steps: List[CommStep]) -> str:
-    """One line per MPI call, then the bytes sent per program call (loop steps times their counts)."""
+def sent_once(step) -> int:
+    """Bytes a CommStep or CommSummary sends over all ranks, one run of the call."""
+    return step.bytes_sent if isinstance(step, CommSummary) else sum(step.sent)
+
+
+def format_report(steps) -> str:
+    """One line per MPI call (CommSteps or CommSummaries), then the bytes sent per program call
+    (loop steps times their counts)."""
     lines = [str(s) for s in steps]
-    once = sum(sum(s.sent) for s in steps if s.repeats == 1)
+    once = sum(sent_once(s) for s in steps if s.repeats == 1)
     looped = [s for s in steps if s.repeats != 1]
     if not looped:
         lines.append(f"total bytes sent: {once:,}")
     elif all(isinstance(s.repeats, int) for s in looped):
-        total = once + sum(sum(s.total_sent) for s in looped)
+        total = once + sum(sent_once(s) * s.repeats for s in looped)
         bound = " at most" if any(s.at_most for s in looped) else ""
         lines.append(f"total bytes sent:{bound} {total:,} ({once:,} outside loops, "
-                     f"{sum(sum(s.sent) for s in looped):,} per loop iteration)")
+                     f"{sum(sent_once(s) for s in looped):,} per loop iteration)")
     else:
         lines.append(f"total bytes sent: {once:,} outside loops, plus per loop iteration "
-                     f"{sum(sum(s.sent) for s in looped):,} (give the loop bounds for a total)")
+                     f"{sum(sent_once(s) for s in looped):,} (give the loop bounds for a total)")
     return "\n".join(lines)
 
 

@@ -56,7 +56,9 @@ def lowered_of(sdfg: SDFG) -> Lowered:
     return low
 
 
-def solve_plan(low: Lowered, values: Dict[str, int], nranks: int) -> List[ConcreteStep]:
+def solve_plan(low: Lowered, values: Dict[str, int], nranks: int, rank: Optional[int] = None) -> List[ConcreteStep]:
+    """Every step for concrete sizes on ``nranks`` ranks; ``rank``: as that rank needs them at call
+    time (grid-to-grid steps keep only its own messages, found without visiting every pair of ranks)."""
     for key, axis, extent, parts in low.even_checks:
         n = evaluate(extent, values)
         if n % parts:
@@ -64,7 +66,7 @@ def solve_plan(low: Lowered, values: Dict[str, int], nranks: int) -> List[Concre
                 f"map `{key}` axis {axis} (extent {n}) is split {parts} ways, which does not divide {n}; this "
                 f"library node reduces over the axis and needs even blocks: use sizes or a grid that divide evenly")
     homes = solve_homes(low.homes, values, nranks)
-    return [solve_step(s, values, nranks, homes) for s in low.steps]
+    return [solve_step(s, values, nranks, homes, rank) for s in low.steps]
 
 
 def symbol_values(sdfg: SDFG, arrays: Dict[str, Any], given: Dict[str, Any]) -> Dict[str, int]:
@@ -179,7 +181,7 @@ class DistributedProgram:
         key = tuple(sorted((k, v) for k, v in values.items() if isinstance(v, (int, np.integer))))
         if key not in self._plans:
             size = 1 if self.lowered.rank0_only else self.comm.size
-            steps = solve_plan(self.lowered, values, size)
+            steps = solve_plan(self.lowered, values, size, rank=self.comm.rank)
             homes = solve_homes(self.lowered.homes, values, size)
             syms: Dict[str, int] = {}
             for h in homes.values():

@@ -15,13 +15,12 @@ import sys
 import warnings
 
 import pytest
-from dace import data as dt
 from dace import dtypes
 from dace.sdfg import nodes
 
 import distsdfg
 from distsdfg import dace_compat as dc
-from distsdfg.errors import DistributedLoweringError, UnsupportedProgramError
+from distsdfg.errors import DistributedLoweringError
 from distsdfg.gpu import gpu_available, nvcc_path
 from distsdfg.launch import mpiexec_argv
 from distsdfg.mpi import DistributedMemlet
@@ -67,82 +66,6 @@ def test_kernels_on_device_and_mpi_on_host(name):
     assert kernels >= 1
     local = [a for a, d in sdfg.arrays.items() if a.startswith("__dsdfg_") and "_k" in a and "_host" not in a]
     assert local and all(sdfg.arrays[a].storage == dtypes.StorageType.GPU_Global for a in local)
-
-
-#: Programs with loops (home buffers kept across iterations) and with distributed placement.
-LOOP_CASES = {
-    "jacobi2d": ({"*": (2, 2)}, None),                       # halo exchanges in a time loop
-    "jacobi_conv": ({"*": (4,)}, None),                      # a reduction to a scalar that ends the loop
-    "flagged": ({"*": (4,)}, "distributed"),                 # placement: each rank passes its block
-}
-
-
-def _lowered_homes(name, tag, **options):
-    warnings.simplefilter("ignore")
-    grids, placement = LOOP_CASES[name]
-    sdfg = get(name).sdfg()
-    dc.simplify(sdfg)
-    sdfg.name = f"{sdfg.name}_{tag}"
-    return distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, grids), target="gpu", placement=placement, **options)
-
-
-def _kernel_arrays(sdfg):
-    """Arrays that top-level kernels (maps, library nodes other than steps) read or write."""
-    used = set()
-    for state in sdfg.states():
-        scopes = state.scope_dict()
-        for n in state.nodes():
-            if scopes[n] is None and isinstance(n, nodes.MapEntry):
-                assert n.map.schedule == dtypes.ScheduleType.GPU_Device, n
-                edges = state.in_edges(n) + state.out_edges(state.exit_node(n))
-            elif scopes[n] is None and isinstance(n, nodes.LibraryNode) and not isinstance(n, DistributedMemlet):
-                assert n.schedule == dtypes.ScheduleType.GPU_Default, n
-                edges = state.in_edges(n) + state.out_edges(n)
-            else:
-                continue
-            used |= {e.data.data for e in edges if not e.data.is_empty()}
-    return {a for a in used if not isinstance(sdfg.arrays[a], dt.Scalar)}
-
-
-@pytest.mark.parametrize("name", list(LOOP_CASES))
-@pytest.mark.parametrize("aware", [False, True])
-def test_loops_and_placement_keep_homes_on_the_device(name, aware):
-    """Kernels on the device; home buffers in GPU memory, allocated once; every step staged through
-    host copies (or, with cuda_aware_mpi, on the device buffers)."""
-    sdfg = _lowered_homes(name, f"homes_unit_{int(aware)}", cuda_aware_mpi=aware)
-    low = sdfg._distsdfg
-    assert low.homes and (LOOP_CASES[name][1] is None or low.boundary)
-    on_gpu = _kernel_arrays(sdfg)
-    assert on_gpu and all(sdfg.arrays[a].storage == dtypes.StorageType.GPU_Global for a in on_gpu)
-    homes = {h.buffer for h in low.homes}
-    assert homes & on_gpu, (homes, on_gpu)
-    for h in homes & on_gpu:
-        assert sdfg.arrays[h].lifetime == dtypes.AllocationLifetime.Persistent, h
-    steps = 0
-    for state in sdfg.states():
-        for n in state.nodes():
-            if not isinstance(n, DistributedMemlet):
-                continue
-            steps += 1
-            assert n.implementation == "MPI_CUDA" and n.buffers == ("device" if aware else "staged"), n
-            for e in state.in_edges(n) + state.out_edges(n):
-                if not e.data.is_empty() and not aware:
-                    assert sdfg.arrays[e.data.data].storage != dtypes.StorageType.GPU_Global, (n, e.data)
-    assert steps >= 3
-    pinned = [a for a, d in sdfg.arrays.items() if d.storage == dtypes.StorageType.CPU_Pinned]
-    assert bool(pinned) != aware
-
-
-def test_a_loop_condition_on_a_device_array_is_refused():
-    """Loop conditions run on the host: one that would read a GPU buffer is refused, not read wrong."""
-    from distsdfg.gpu import OffloadKernels
-    sdfg = _lowered_homes("jacobi_conv", "cond_unit")
-    edge = next(e for e in sdfg.edges() if e.data.assignments or not e.data.is_unconditional())
-    home = next(h.buffer for h in sdfg._distsdfg.homes if sdfg.arrays[h.buffer].storage ==
-                dtypes.StorageType.GPU_Global)
-    edge.data.assignments["__probe"] = f"{home}[1]"
-    with pytest.raises(UnsupportedProgramError, match=f"target='gpu'.*reads `{home}`, which lives on the GPU"):
-        OffloadKernels._check_host_code(sdfg)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found (set CUDACXX or put nvcc on PATH): GPU builds not tested")

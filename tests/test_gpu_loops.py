@@ -125,12 +125,8 @@ def _built(sdfg, tmp_path, monkeypatch):
 
 @needs_nvcc
 def test_loop_program_builds_with_nvcc(tmp_path, monkeypatch):
-    """CG (matrix-vector products, replicated scalars, a data-dependent break) staged through host copies."""
-    warnings.simplefilter("ignore")
-    sdfg = get("cg").sdfg()
-    dc.simplify(sdfg)
-    sdfg.name += "_gpu_loop_build"
-    distsdfg.lower(sdfg, distsdfg.auto_schedule(sdfg, 4, N=256), target="gpu")
+    """Jacobi sweeps until converged (a reduction to a scalar and a break in the loop), staged."""
+    sdfg = _lowered_homes("jacobi_conv", "gpu_loop_build")
     cpp, cu = _built(sdfg, tmp_path, monkeypatch)
     assert "__global__" in cu
     assert "distsdfg::StagedHostMem>" in cpp and "distsdfg::HostMem>" not in cpp

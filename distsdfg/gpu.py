@@ -9,7 +9,10 @@ sends, a host-to-device copy after it receives), so MPI always sees host pointer
 GPU buffers to MPI directly (the runtime's ``DeviceMem`` policy: boxes copied with
 ``cudaMemcpy2D``, temporaries in device memory), which needs an MPI built with CUDA support
 (:func:`require_cuda_aware_mpi` checks before a call). Device and staging buffers are allocated
-once per program (persistent), not on every call.
+once per program (persistent), not on every call. Programs with loops, branches or distributed
+placement keep their home buffers on the device for the whole call; the steps inside loops are
+staged (or on device buffers) like the others; loop conditions read only host arrays, which the
+steps fill. :func:`emulate_on_host` runs a GPU lowering on the host, for tests without a GPU.
 
 :func:`build_settings` makes DaCe 1.0.2's generated CUDA build with CUDA 12 and 13 without
 touching site-packages: an architecture nvcc accepts, C++17 for host and device code (CUDA 13's

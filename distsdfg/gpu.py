@@ -9,7 +9,10 @@ sends, a host-to-device copy after it receives), so MPI always sees host pointer
 GPU buffers to MPI directly (the runtime's ``DeviceMem`` policy: boxes copied with
 ``cudaMemcpy2D``, temporaries in device memory), which needs an MPI built with CUDA support
 (:func:`require_cuda_aware_mpi` checks before a call). Device and staging buffers are allocated
-once per program (persistent), not on every call.
+once per program (persistent), not on every call. Programs with loops, branches or distributed
+placement keep their home buffers on the device for the whole call; the steps inside loops are
+staged (or on device buffers) like the others; loop conditions read only host arrays, which the
+steps fill. :func:`emulate_on_host` runs a GPU lowering on the host, for tests without a GPU.
 
 :func:`build_settings` makes DaCe 1.0.2's generated CUDA build with CUDA 12 and 13 without
 touching site-packages: an architecture nvcc accepts, C++17 for host and device code (CUDA 13's
@@ -38,7 +41,7 @@ from dace.transformation import pass_pipeline as ppl
 from . import dace_compat as dc
 from .errors import DistributedLoweringError, UnsupportedProgramError
 
-__all__ = ["OffloadKernels", "DeviceBufferComm", "build_settings", "gpu_available", "nvcc_path", "cuda_arch",
+__all__ = ["OffloadKernels", "DeviceBufferComm", "emulate_on_host", "build_settings", "gpu_available", "nvcc_path", "cuda_arch",
            "has_cublas", "mpi_cuda_support", "require_cuda_aware_mpi", "COMPAT_HEADER"]
 
 #: Thread-block shape of a kernel by its map's dimensions (DaCe maps the last parameter to x).
@@ -299,6 +302,14 @@ class OffloadKernels(ppl.Pass):
 
     @staticmethod
     def _check_host_code(sdfg: SDFG):
+        for e in sdfg.edges():      # loop conditions and branches are evaluated on the host
+            for name in sorted(e.data.read_symbols()):
+                desc = sdfg.arrays.get(name)
+                if desc is not None and desc.storage == dtypes.StorageType.GPU_Global:
+                    raise UnsupportedProgramError(
+                        f"target='gpu': the condition or assignment `{e.data.condition.as_string}` "
+                        f"{e.data.assignments or ''} between states `{e.src.label}` and `{e.dst.label}` reads "
+                        f"`{name}`, which lives on the GPU; use target='cpu' for this program")
         for state in sdfg.states():
             scopes = state.scope_dict()
             for n in state.nodes():
@@ -359,3 +370,44 @@ class OffloadKernels(ppl.Pass):
                     state.add_edge(dm, e.src_conn, h, None, dace.Memlet.from_array(host, sdfg.arrays[host]))
                     state.add_edge(h, None, e.dst, None, dace.Memlet.from_array(name, sdfg.arrays[name]))
                     state.remove_edge(e)
+
+
+def emulate_on_host(sdfg: SDFG) -> SDFG:
+    """Make a program lowered with ``target="gpu"`` run on the host with the GPU lowering's data flow
+    unchanged, to test that data flow without a GPU (``distsdfg.testing.gpu_emulated``).
+
+    Device and pinned buffers become host buffers, kernels host maps and host library nodes, and the
+    staging copies plain copies; staged steps run ``HostMem`` on their host copies (``StagedHostMem``
+    without its wait for the GPU), steps on device buffers (``cuda_aware_mpi=True``) the device code
+    path on host memory (``EmulatedDeviceMem``). Returns ``sdfg``, renamed (``..._emu``) and marked
+    for the CPU."""
+    from .mpi import DistributedMemlet
+    low = getattr(sdfg, "_distsdfg", None)
+    if low is None or low.target != "gpu":
+        raise DistributedLoweringError(f"emulate_on_host: `{sdfg.name}` is not lowered for target='gpu'")
+    for desc in sdfg.arrays.values():
+        if desc.storage in (dtypes.StorageType.GPU_Global, dtypes.StorageType.CPU_Pinned):
+            desc.storage = dtypes.StorageType.CPU_Heap
+    steps = set()
+    for state in sdfg.states():
+        scopes = state.scope_dict()
+        for n in state.nodes():
+            if isinstance(n, DistributedMemlet):
+                steps.add(n.buffers)
+            elif scopes[n] is None and isinstance(n, nodes.MapEntry) and \
+                    n.map.schedule == dtypes.ScheduleType.GPU_Device:
+                n.map.schedule = dtypes.ScheduleType.Default
+                n.map.gpu_block_size = None
+            elif scopes[n] is None and isinstance(n, nodes.LibraryNode) and \
+                    n.schedule == dtypes.ScheduleType.GPU_Default:
+                n.schedule = dtypes.ScheduleType.Default
+                if type(n).__name__ == "Reduce":
+                    n.implementation = None
+    comm = "emulated" if low.comm == "device" else "host"
+    if steps - {"staged", "device"}:
+        raise DistributedLoweringError(f"emulate_on_host: `{sdfg.name}` has steps on {sorted(steps)} buffers")
+    DeviceBufferComm(comm).apply_pass(sdfg, {})
+    low.target, low.comm = "cpu", comm
+    sdfg.name = f"{sdfg.name}_emu"
+    sdfg.validate()
+    return sdfg

@@ -14,7 +14,7 @@ from dace.sdfg import SDFG, SDFGState, nodes
 from . import dace_compat as dc
 from .checks import require_sdfg
 from .constraints import ArrayConstraint, KernelPlan, kernel_constraints, padded_axes
-from .errors import DistributedLoweringError, LoweredStateError, UnsupportedProgramError
+from .errors import DistributedLoweringError, LoweredStateError
 from .kernels import find_kernels
 from .mpi import DistributedMemlet
 from .plan import Layout, StepSpec
@@ -671,11 +671,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
         if enabled(optimize):
             optimize_lowered(sdfg, sdfg._distsdfg, straight=linear and not placed, one_rank=one_rank)
     if target == "gpu":
-        from .gpu import OffloadKernels
-        if sdfg._distsdfg.homes:
-            raise UnsupportedProgramError(
-                f"target='gpu': `{original}` keeps arrays in home buffers (loops, branches or distributed placement), "
-                f"which the GPU target does not stage yet; use target='cpu' for it")
+        from .gpu import OffloadKernels      # home buffers stay on the GPU; steps in loops are staged too
         OffloadKernels(cuda_aware_mpi=comm == "device").apply_pass(sdfg, {})
     elif comm == "emulated":
         from .gpu import DeviceBufferComm

@@ -20,7 +20,7 @@ from dace.sdfg import nodes
 
 import distsdfg
 from distsdfg import dace_compat as dc
-from distsdfg.errors import DistributedLoweringError, UnsupportedProgramError
+from distsdfg.errors import DistributedLoweringError
 from distsdfg.gpu import gpu_available, nvcc_path
 from distsdfg.launch import mpiexec_argv
 from distsdfg.mpi import DistributedMemlet
@@ -66,13 +66,6 @@ def test_kernels_on_device_and_mpi_on_host(name):
     assert kernels >= 1
     local = [a for a, d in sdfg.arrays.items() if a.startswith("__dsdfg_") and "_k" in a and "_host" not in a]
     assert local and all(sdfg.arrays[a].storage == dtypes.StorageType.GPU_Global for a in local)
-
-
-def test_programs_with_homes_are_refused_for_now():
-    sdfg = get("jacobi1d").sdfg()
-    dc.simplify(sdfg)
-    with pytest.raises(UnsupportedProgramError, match="target='gpu'.*home buffers"):
-        distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"*": (4,)}), target="gpu")
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found (set CUDACXX or put nvcc on PATH): GPU builds not tested")

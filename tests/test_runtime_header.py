@@ -3,7 +3,8 @@
 Scatter and gather send from and receive into the user's arrays and the local buffers in place
 when a block is one contiguous run there; these check when that holds. The device memory
 policy's box copies (2-D planes, as cudaMemcpy2D takes them) must agree with the host policy's
-element by element; they are checked on host memory (EmulatedDeviceMem)."""
+element by element; they are checked on host memory (EmulatedDeviceMem), and so is the cache
+that keeps the device policy's temporaries from one step to the next (Pool)."""
 import os
 import shutil
 import subprocess
@@ -155,3 +156,47 @@ def test_contiguous_blocks_are_sent_in_place(tmp_path):
 def test_device_policy_copies_boxes_like_the_host_policy(tmp_path):
     # 2 planes for the tile (one per row of its 2 planes of 3 rows: height 3, width 4, pitch 6)
     assert _run_driver(tmp_path, POLICIES) == "ok 1 1 2 341\n"
+
+
+POOL = r"""
+#include "distsdfg_runtime.h"
+#include <cstdio>
+using namespace distsdfg;
+
+// A step's temporaries come from the cache: after the first of 50 passes over the same steps
+// nothing is allocated; blocks live at the same time are distinct; a class is at most a quarter
+// more than the request.
+int main() {
+    using P = Pool<EmulatedPrim>;
+    for (size_t b = 1; b < 200000; b += 1 + b / 64) {
+        const size_t c = P::size_class(b);
+        if (c < b || (b > 16 && c * 4 > b * 5)) { std::printf("class %zu of %zu\n", c, b); return 1; }
+    }
+    size_t after_first = 0;
+    for (int pass = 0; pass < 50; ++pass) {
+        {   // one step: a send and a receive buffer of one class, two others
+            EmulatedDeviceMem::Buffer<double> sbuf(1000), rbuf(1000), small(37);
+            EmulatedDeviceMem::Buffer<float> other(500), none(0);
+            if (sbuf.data() == rbuf.data() || none.data() || sbuf.size() != 1000) { std::printf("shared\n"); return 1; }
+            for (int i = 0; i < 1000; ++i) { sbuf.data()[i] = pass + i; rbuf.data()[i] = -i; }
+            for (int i = 0; i < 1000; ++i)
+                if (sbuf.data()[i] != pass + i || rbuf.data()[i] != -i) { std::printf("overlap\n"); return 1; }
+        }
+        {   // the next step: a buffer of the same class as the first, swapped
+            EmulatedDeviceMem::Buffer<double> a(990), b(0);
+            a.swap(b);
+            if (a.data() || !b.data()) { std::printf("swap\n"); return 1; }
+        }
+        if (pass == 0) after_first = EmulatedPrim::allocations();
+    }
+    const size_t cached = P::cached();
+    P::trim();
+    std::printf("ok %zu %zu %zu %zu\n", after_first, EmulatedPrim::allocations(), cached, P::cached());
+    return 0;
+}
+"""
+
+
+def test_device_policy_reuses_its_temporaries(tmp_path):
+    # 4 blocks (2 of one class, 2 others) made in the first pass and none later; all 4 cached, then released
+    assert _run_driver(tmp_path, POOL) == "ok 4 4 4 0\n"

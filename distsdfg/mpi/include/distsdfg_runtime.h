@@ -30,6 +30,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -290,24 +291,99 @@ inline void for_planes(int64_t nd, const int64_t* shape, const int64_t* origin, 
     }
 }
 
+/// PlaneMem's temporaries, cached for the process by size class: a step takes a block from the
+/// cache and gives it back when done, so a program calling the same steps again (every iteration
+/// of a loop, every call) allocates nothing after its first pass (cudaMalloc and cudaFree cost tens
+/// of microseconds and cudaFree waits for the whole device). A class is the request rounded up to
+/// 1, 1.25, 1.5 or 1.75 times a power of two (at most a quarter more than asked). Blocks stay
+/// cached until the program's library is unloaded or the process ends; when Prim cannot allocate,
+/// the cache is given back first.
+template <typename Prim>
+struct Pool {
+    static size_t size_class(size_t bytes) {
+        if (bytes <= 16) return 16;
+        if (bytes > (SIZE_MAX >> 2)) return bytes;
+        size_t p = 16;
+        while (p < bytes) p <<= 1;                  // p / 2 < bytes <= p
+        const size_t quarter = p >> 3;              // a quarter of p / 2
+        for (size_t q = 5; q <= 7; ++q)
+            if (quarter * q >= bytes) return quarter * q;
+        return p;
+    }
+    static void* take(size_t cls) {
+        {
+            std::lock_guard<std::mutex> lock(mutex());
+            auto& list = free_lists()[cls];
+            if (!list.empty()) {
+                void* p = list.back();
+                list.pop_back();
+                return p;
+            }
+        }
+        try {
+            return Prim::alloc(cls);
+        } catch (const std::exception&) {
+            trim();
+            return Prim::alloc(cls);
+        }
+    }
+    static void give(void* p, size_t cls) {
+        std::lock_guard<std::mutex> lock(mutex());
+        free_lists()[cls].push_back(p);
+    }
+    /// Releases every cached block.
+    static void trim() {
+        std::lock_guard<std::mutex> lock(mutex());
+        for (auto& kv : free_lists())
+            for (void* p : kv.second) Prim::release(p);
+        free_lists().clear();
+    }
+    static size_t cached() {
+        std::lock_guard<std::mutex> lock(mutex());
+        size_t n = 0;
+        for (auto& kv : free_lists()) n += kv.second.size();
+        return n;
+    }
+private:
+    /// The cached blocks by class; given back when the program's library is unloaded or the process ends.
+    struct Lists : std::map<size_t, std::vector<void*>> {
+        ~Lists() {
+            for (auto& kv : *this)
+                for (void* p : kv.second) Prim::release(p);
+        }
+    };
+    static Lists& free_lists() {
+        static Lists lists;
+        return lists;
+    }
+    static std::mutex& mutex() {
+        static std::mutex m;
+        return m;
+    }
+};
+
 template <typename Prim>
 struct PlaneMem {
-    /// A temporary buffer where Prim allocates (device memory for CudaPrim).
+    /// A temporary buffer where Prim allocates (device memory for CudaPrim), from Pool<Prim>.
     template <typename T> class Buffer {
         T* p_ = nullptr;
         size_t n_ = 0;
+        size_t cls_ = 0;
     public:
         explicit Buffer(size_t n = 0) : n_(n) {
-            if (n) p_ = static_cast<T*>(Prim::alloc(n * sizeof(T)));
+            if (n) {
+                cls_ = Pool<Prim>::size_class(n * sizeof(T));
+                p_ = static_cast<T*>(Pool<Prim>::take(cls_));
+            }
         }
-        ~Buffer() { if (p_) Prim::release(p_); }
+        ~Buffer() { if (p_) Pool<Prim>::give(p_, cls_); }
         Buffer(const Buffer&) = delete;
         Buffer& operator=(const Buffer&) = delete;
         T* data() { return p_; }
         const T* data() const { return p_; }
         size_t size() const { return n_; }
         bool empty() const { return n_ == 0; }
-        void swap(Buffer& o) { std::swap(p_, o.p_); std::swap(n_, o.n_); }
+        void swap(Buffer& o) { std::swap(p_, o.p_); std::swap(n_, o.n_); std::swap(cls_, o.cls_); }
     };
     /// Before and after a step: the GPU's kernels are done with the buffers, and the step's copies are done.
     static void begin() { Prim::sync(); }
@@ -347,9 +423,15 @@ struct PlaneMem {
 
 /// PlaneMem's primitives on host memory (tests of the device code path without a GPU).
 struct EmulatedPrim {
+    /// How many blocks alloc has made (tests of Pool).
+    static size_t& allocations() {
+        static size_t n = 0;
+        return n;
+    }
     static void* alloc(size_t bytes) {
         void* p = std::malloc(bytes);
         if (!p) throw std::bad_alloc();
+        ++allocations();
         return p;
     }
     static void release(void* p) { std::free(p); }

@@ -319,7 +319,7 @@ def search(g: EinGraph, nprocs: int, model: CostModel, searcher: str = "dp", *,
     if searcher not in SEARCHERS:
         raise OptionError(f"unknown searcher {searcher!r}: use one of {sorted(SEARCHERS)}")
     cands = _candidates(g, nprocs, model, allow_fewer)
-    if searcher == "dp" and max(len(c) for c in cands) > CANDIDATE_LIMIT and not allow_fewer and nprocs >= 4:
+    if searcher == "dp" and max((len(c) for c in cands), default=0) > CANDIDATE_LIMIT and not allow_fewer and nprocs >= 4:
         from .prune import multilevel
         return multilevel(g, nprocs, model, cands)
     pb = _Problem(g, model, cands)

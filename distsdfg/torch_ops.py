@@ -75,8 +75,10 @@ def literal(value, dtype) -> str:
     if dt.kind in "iu":
         return f"{dace_type(dt)}({int(value)})"
     v = float(value)
-    if math.isinf(v) or math.isnan(v):
+    if math.isnan(v):
         raise UnsupportedOpError(f"constant {v} in an element-wise expression is not supported")
+    if math.isinf(v):               # DaCe writes the name `inf` as C's INFINITY
+        return f"{dace_type(dt)}({'-' if v < 0 else ''}inf)"
     return f"{dace_type(dt)}({v!r})"
 
 
@@ -276,16 +278,21 @@ def _scalar_tensor(em, name, meta, args, kwargs):
     return Val(None, tuple(shape), np.dtype(dtype), args[0])
 
 
-def _reshape(em, name, meta, args, kwargs):
-    shape, dtype = meta[0]
-    src = args[0]
-    if src.is_const:
-        return Val(None, tuple(shape), src.dtype, src.const)
+def _reshape_line(em, name, src: Val, shape) -> Val:
+    """A ``np.reshape`` view of the array ``src`` (``src`` itself when the shape is its own)."""
     if tuple(shape) == tuple(src.shape):
         return src
     out = em.fresh(name)
     em.line(f"{out} = np.reshape({src.name}, {Val(out, tuple(shape), src.dtype).storage!r})")
     return Val(out, tuple(shape), src.dtype, view=True)
+
+
+def _reshape(em, name, meta, args, kwargs):
+    shape, dtype = meta[0]
+    src = args[0]
+    if src.is_const:
+        return Val(None, tuple(shape), src.dtype, src.const)
+    return _reshape_line(em, name, src, shape)
 
 
 def _expand(em, name, meta, args, kwargs):
@@ -648,3 +655,7 @@ EMITTERS: Dict[str, Callable] = {
     "aten.gather.default": _gather, "aten.scatter.value": _scatter_value,
     "getitem": _getitem,
 }
+
+from .torch_indexing import INDEXING_EMITTERS  # noqa: E402  (uses the helpers above)
+
+EMITTERS.update(INDEXING_EMITTERS)

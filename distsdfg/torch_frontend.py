@@ -199,6 +199,10 @@ def _where(node) -> str:
     trace = node.meta.get("stack_trace") or ""
     lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip()]
     frames = [i for i, ln in enumerate(lines) if ln.startswith("File ")]
+    # The innermost frame of the user's code, not of torch's modules (nn.Dropout, F.*).
+    torch_dir = os.path.dirname(_torch().__file__)
+    user = [i for i in frames if torch_dir not in lines[i]]
+    frames = user or frames
     if frames:
         i = frames[-1]
         code = lines[i + 1] if i + 1 < len(lines) else ""

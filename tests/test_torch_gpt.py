@@ -6,7 +6,8 @@ Unit tier: the mixed tiny GPT of ``gpt_model.py`` (explicit masked attention and
 step with no operator refused; an operator without translation in a training step is refused
 naming it and the model's source line. mpiexec tier: one launch of ``gpt_run.py`` on 4 ranks
 runs the forward (float32, relative error <= 1e-5) and 3 AdamW steps with two parameter
-groups (float64, <= 1e-10), once as one process on rank 0 and once data-parallel.
+groups (float64, <= 1e-10; with DISTSDFG_GPT_TRAIN=1), once as one process on rank 0 and
+once data-parallel.
 """
 import json
 import os
@@ -59,22 +60,27 @@ def test_unsupported_op_in_training_step_names_op_and_line():
                                        (torch.randn(2, 4),), torch.randn(2, 4))
 
 
-def test_sdpa_with_dropout_in_training_step_is_refused():
+def test_random_dropout_in_training_step_is_refused():
     model = gpt_model.tiny(fused_attention=True, dropout=0.1).double().train()
     idx = torch.zeros(2, 16, dtype=torch.long)
-    with pytest.raises(distsdfg.DistributedLoweringError, match=r"dropout_p=0\.1"):
+    # nn.Dropout is the first random operator met; the message names the model's line, not torch's
+    with pytest.raises(distsdfg.DistributedLoweringError, match=r"gpt_model\.py\", line \d+.*drop"):
         distsdfg.from_torch_train_step(model, gpt_run.last_loss, model.optimizer(), (idx, idx), idx)
 
 
 # -- mpiexec tier ---------------------------------------------------------------------------------
 
-CASES = ["forward:one", "forward:data"]
+# The training cases parse, lower and compile a ~400-kernel program on every rank (about 25
+# minutes of this loaded 2-core machine for the launch): opt-in until the parse is faster.
+TRAIN = os.environ.get("DISTSDFG_GPT_TRAIN") == "1"
+CASES = ["forward:one", "forward:data"] + (["train:one", "train:data"] if TRAIN else [])
 
 
 @pytest.fixture(scope="module")
 def gpt_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpt") / "results.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = counted_argv(4, [os.path.join(HERE, "gpt_run.py"), str(out), *CASES], timeout=1700)
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -1,7 +1,8 @@
-"""Index-valued and scatter operators of the PyTorch frontend (issue 24).
+"""Index-valued and scatter operators of the PyTorch frontend.
 
-``arange``, advanced indexing with one index tensor (``x[:, [-1], :]``), ``index_put`` with
-accumulation (the embedding backward), ``slice_scatter`` / ``select_scatter`` (backward of
+``embedding``, ``gather``, ``scatter`` of a value (one index per row), ``arange``, advanced
+indexing with one index tensor (``x[:, [-1], :]``), ``index_put`` with accumulation (the
+embedding backward), ``slice_scatter`` / ``select_scatter`` (backward of
 slices), ``clamp`` and ``any``. Same contract as ``torch_ops``: each emitter writes lines of
 the generated ``@dace.program`` and returns a ``Val``.
 
@@ -20,6 +21,56 @@ from .torch_ops import (UnsupportedOpError, Val, _matmul_line, _reshape_line, br
                         reduce)
 
 __all__ = ["INDEXING_EMITTERS"]
+
+
+def _clamped(index: str, n: int, dtype) -> str:
+    """An index kept inside ``[0, n)`` (bounds typed like the index, so nothing truncates).
+    Ranks outside a kernel's grid run it on stale buffers and discard the results; a clamped
+    index keeps their reads in bounds."""
+    return f"min(max({index}, {literal(0, dtype)}), {literal(n - 1, dtype)})"
+
+
+def _embedding(em, name, meta, args, kwargs):
+    shape, dtype = meta[0]
+    weight, idx = em.materialize(args[0], name + "_w"), em.materialize(args[1], name + "_idx")
+    out = em.empty(name, shape, dtype)
+    nd = len(shape)
+    rows = weight.shape[0]
+    iidx = ", ".join(f"i{d}" for d in range(nd - 1)) if nd > 1 else "0"
+    em.kernel(out.name[2:], shape, [("_t", idx.name, iidx), ("_w", weight.name, f"0:{rows}, i{nd - 1}")],
+              [("_o", out.name, ", ".join(f"i{d}" for d in range(nd)))], f"_o = _w[{_clamped('_t', rows, idx.dtype)}]")
+    return out
+
+
+def _gather(em, name, meta, args, kwargs):
+    shape, dtype = meta[0]
+    src, dim, index = em.materialize(args[0], name + "_src"), args[1], em.materialize(args[2], name + "_idx")
+    nd = len(src.shape)
+    dim %= nd
+    out = em.empty(name, shape, dtype)
+    sub = ", ".join(f"0:{src.shape[d]}" if d == dim else f"i{d}" for d in range(nd))
+    em.kernel(out.name[2:], shape, [("_t", index.name, broadcast_index(shape, shape)), ("_w", src.name, sub)],
+              [("_o", out.name, broadcast_index(shape, shape))], f"_o = _w[{_clamped('_t', src.shape[dim], index.dtype)}]")
+    return out
+
+
+def _scatter_value(em, name, meta, args, kwargs):
+    shape, dtype = meta[0]
+    src, dim, index, value = args[0], args[1] % len(shape), em.materialize(args[2], name + "_idx"), args[3]
+    if index.shape[dim] != 1 or any(index.shape[d] != shape[d] for d in range(len(shape)) if d != dim):
+        raise UnsupportedOpError(
+            f"scatter(value) with an index of shape {index.shape} into {tuple(shape)} along dim {dim}: only "
+            f"one index per row (the shape of one-hot targets) is supported")
+    out = em.empty(name, shape, dtype)
+    reads = [("_t", index.name, ", ".join("0" if d == dim else f"i{d}" for d in range(len(shape))))]
+    keep = "_a"
+    if src.is_const:
+        keep = literal(src.const, dtype)
+    else:
+        reads.append(("_a", src.name, broadcast_index(src.shape, shape)))
+    em.kernel(out.name[2:], shape, reads, [("_o", out.name, broadcast_index(shape, shape))],
+              f"_o = ({literal(value, dtype)} if i{dim} == _t else {keep})")
+    return out
 
 
 def _wrapped(index: str, n: int, dtype) -> str:
@@ -177,6 +228,7 @@ def _no_op(em, name, meta, args, kwargs):
 
 
 INDEXING_EMITTERS: Dict[str, Callable] = {
+    "aten.embedding.default": _embedding, "aten.gather.default": _gather, "aten.scatter.value": _scatter_value,
     "aten.arange.start_step": _arange, "aten.arange.start": _arange, "aten.arange.default": _arange,
     "aten.index.Tensor": _index, "aten.index_put.default": _index_put, "aten._unsafe_index_put.default": _index_put,
     "aten.slice_scatter.default": _slice_scatter, "aten.select_scatter.default": _select_scatter,

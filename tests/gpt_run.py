@@ -46,7 +46,6 @@ def last_loss(out, target):
 
 
 def run_case(case: str, comm) -> dict:
-    import torch
     import distsdfg
     from distsdfg.testing.mpirun import counted_call
     mode, shard = case.split(":")

@@ -29,6 +29,7 @@ import numpy as np
 from .checks import example_tensors as _example_tensors
 from .checks import require_module as _require_module
 from .errors import TorchFrontendError
+from .torch_decomp import train_decompositions
 from .torch_ops import EMITTERS, Emitter, UnsupportedOpError, Val, dace_type, literal
 
 __all__ = ["TorchProgram", "from_torch", "from_torch_train_step", "UnsupportedOpError", "TorchFrontendError"]
@@ -198,6 +199,10 @@ def _where(node) -> str:
     trace = node.meta.get("stack_trace") or ""
     lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip()]
     frames = [i for i, ln in enumerate(lines) if ln.startswith("File ")]
+    # The innermost frame of the user's code, not of torch's modules (nn.Dropout, F.*).
+    torch_dir = os.path.dirname(_torch().__file__)
+    user = [i for i in frames if torch_dir not in lines[i]]
+    frames = user or frames
     if frames:
         i = frames[-1]
         code = lines[i + 1] if i + 1 < len(lines) else ""
@@ -323,7 +328,9 @@ def _to_sdfg(function, kernels: Dict[str, str]):
     """Parse the generated program and name every explicit map after the op it computes."""
     import dace
     from . import dace_compat as dc
-    sdfg = function.to_sdfg()
+    from .dace_compat_parse import batched_renames
+    with batched_renames():          # DaCe renames one variable per whole-SDFG pass otherwise
+        sdfg = function.to_sdfg()
     dc.order_return_arrays(sdfg)
     for node, _ in sdfg.all_nodes_recursive():
         if isinstance(node, dace.nodes.MapEntry):
@@ -543,8 +550,10 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
 
     detach = lambda d: tuple(v.detach() for v in d.values())  # noqa: E731
     try:
-        gm = make_fx(step, decomposition_table=torch.export.default_decompositions())(
+        gm = make_fx(step, decomposition_table=train_decompositions(), record_stack_traces=True)(
             detach(trained), detach(frozen), detach(buffers), tuple(t.detach() for t in xs), y.detach())
+    except TorchFrontendError:
+        raise
     except Exception as exc:
         raise TorchFrontendError(f"tracing the training step of {type(module).__name__} failed: {exc}") from exc
 

@@ -75,8 +75,10 @@ def literal(value, dtype) -> str:
     if dt.kind in "iu":
         return f"{dace_type(dt)}({int(value)})"
     v = float(value)
-    if math.isinf(v) or math.isnan(v):
+    if math.isnan(v):
         raise UnsupportedOpError(f"constant {v} in an element-wise expression is not supported")
+    if math.isinf(v):               # DaCe writes the name `inf` as C's INFINITY
+        return f"{dace_type(dt)}({'-' if v < 0 else ''}inf)"
     return f"{dace_type(dt)}({v!r})"
 
 
@@ -276,16 +278,21 @@ def _scalar_tensor(em, name, meta, args, kwargs):
     return Val(None, tuple(shape), np.dtype(dtype), args[0])
 
 
-def _reshape(em, name, meta, args, kwargs):
-    shape, dtype = meta[0]
-    src = args[0]
-    if src.is_const:
-        return Val(None, tuple(shape), src.dtype, src.const)
+def _reshape_line(em, name, src: Val, shape) -> Val:
+    """A ``np.reshape`` view of the array ``src`` (``src`` itself when the shape is its own)."""
     if tuple(shape) == tuple(src.shape):
         return src
     out = em.fresh(name)
     em.line(f"{out} = np.reshape({src.name}, {Val(out, tuple(shape), src.dtype).storage!r})")
     return Val(out, tuple(shape), src.dtype, view=True)
+
+
+def _reshape(em, name, meta, args, kwargs):
+    shape, dtype = meta[0]
+    src = args[0]
+    if src.is_const:
+        return Val(None, tuple(shape), src.dtype, src.const)
+    return _reshape_line(em, name, src, shape)
 
 
 def _expand(em, name, meta, args, kwargs):
@@ -544,58 +551,6 @@ def _layer_norm(em, name, meta, args, kwargs):
     return out, mean, rstd
 
 
-# -- indexing -----------------------------------------------------------------------------------
-
-def _clamped(index: str, n: int, dtype) -> str:
-    """An index kept inside ``[0, n)`` (bounds typed like the index, so nothing truncates).
-    Ranks outside a kernel's grid run it on stale buffers and discard the results; a clamped
-    index keeps their reads in bounds."""
-    return f"min(max({index}, {literal(0, dtype)}), {literal(n - 1, dtype)})"
-
-
-def _embedding(em, name, meta, args, kwargs):
-    shape, dtype = meta[0]
-    weight, idx = em.materialize(args[0], name + "_w"), em.materialize(args[1], name + "_idx")
-    out = em.empty(name, shape, dtype)
-    nd = len(shape)
-    rows = weight.shape[0]
-    iidx = ", ".join(f"i{d}" for d in range(nd - 1)) if nd > 1 else "0"
-    em.kernel(out.name[2:], shape, [("_t", idx.name, iidx), ("_w", weight.name, f"0:{rows}, i{nd - 1}")],
-              [("_o", out.name, ", ".join(f"i{d}" for d in range(nd)))], f"_o = _w[{_clamped('_t', rows, idx.dtype)}]")
-    return out
-
-
-def _gather(em, name, meta, args, kwargs):
-    shape, dtype = meta[0]
-    src, dim, index = em.materialize(args[0], name + "_src"), args[1], em.materialize(args[2], name + "_idx")
-    nd = len(src.shape)
-    dim %= nd
-    out = em.empty(name, shape, dtype)
-    sub = ", ".join(f"0:{src.shape[d]}" if d == dim else f"i{d}" for d in range(nd))
-    em.kernel(out.name[2:], shape, [("_t", index.name, broadcast_index(shape, shape)), ("_w", src.name, sub)],
-              [("_o", out.name, broadcast_index(shape, shape))], f"_o = _w[{_clamped('_t', src.shape[dim], index.dtype)}]")
-    return out
-
-
-def _scatter_value(em, name, meta, args, kwargs):
-    shape, dtype = meta[0]
-    src, dim, index, value = args[0], args[1] % len(shape), em.materialize(args[2], name + "_idx"), args[3]
-    if index.shape[dim] != 1 or any(index.shape[d] != shape[d] for d in range(len(shape)) if d != dim):
-        raise UnsupportedOpError(
-            f"scatter(value) with an index of shape {index.shape} into {tuple(shape)} along dim {dim}: only "
-            f"one index per row (the shape of one-hot targets) is supported")
-    out = em.empty(name, shape, dtype)
-    reads = [("_t", index.name, ", ".join("0" if d == dim else f"i{d}" for d in range(len(shape))))]
-    keep = "_a"
-    if src.is_const:
-        keep = literal(src.const, dtype)
-    else:
-        reads.append(("_a", src.name, broadcast_index(src.shape, shape)))
-    em.kernel(out.name[2:], shape, reads, [("_o", out.name, broadcast_index(shape, shape))],
-              f"_o = ({literal(value, dtype)} if i{dim} == _t else {keep})")
-    return out
-
-
 def _getitem(em, name, meta, args, kwargs):
     return args[0][args[1]]
 
@@ -644,7 +599,11 @@ EMITTERS: Dict[str, Callable] = {
     "aten.amax.default": _extreme("max"), "aten.amin.default": _extreme("min"),
     # composites and indexing
     "aten._softmax.default": _softmax, "aten._log_softmax.default": _log_softmax,
-    "aten.native_layer_norm.default": _layer_norm, "aten.embedding.default": _embedding,
-    "aten.gather.default": _gather, "aten.scatter.value": _scatter_value,
+    "aten.native_layer_norm.default": _layer_norm,
     "getitem": _getitem,
 }
+
+# indexing (embedding, gather, scatter, index, index_put, arange, ...): torch_indexing.py
+from .torch_indexing import INDEXING_EMITTERS  # noqa: E402  (uses the helpers above)
+
+EMITTERS.update(INDEXING_EMITTERS)

@@ -10,7 +10,6 @@ buffers through ``EmulatedDeviceMem``) in one mpiexec job on 2 ranks, checked ag
 With a GPU (skipped elsewhere): the same cases lowered for the GPU run on it.
 """
 import glob
-import json
 import os
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from distsdfg import dace_compat as dc
 from distsdfg.errors import UnsupportedProgramError
 from distsdfg.gpu import gpu_available, nvcc_path
 from distsdfg.mpi import DistributedMemlet
-from distsdfg.testing.mpirun import bytes_mismatch, counted_argv
+from distsdfg.testing.mpirun import bytes_mismatch, launch_cases
 from distsdfg.testing.programs import get
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -158,14 +157,7 @@ EMULATED = [
 
 
 def _run_cases(tmp, nprocs, cases, extra=()):
-    out = tmp / "out.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0",
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    argv = counted_argv(nprocs, ["-m", "distsdfg.testing.gpu_emulated", *extra, str(out)] + cases, timeout=1500)
-    proc = subprocess.run(argv, env=env, cwd=str(tmp), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return {r["case"]: r for r in json.loads(out.read_text())}
+    return launch_cases(nprocs, cases, tmp, module="distsdfg.testing.gpu_emulated", options=extra)
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,6 @@
 Unit tier (no compile): trip counts, which arrays get homes, the halo bytes comm_report predicts.
 mpiexec tier: time-stepping stencils and conjugate gradients on 4 ranks against NumPy on rank 0.
 """
-import json
-import os
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -14,11 +10,10 @@ import pytest
 
 import distsdfg
 from distsdfg import dace_compat as dc
-from distsdfg.testing.mpirun import bytes_mismatch, counted_argv
+from distsdfg.testing.mpirun import bytes_mismatch, launch_cases
 from distsdfg.redistribute import plan_redistribution
 from distsdfg.testing.programs import get
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CG = "cg:GEMV__map=4,1;*=4"
 CONV = "jacobi_conv:*=4"
@@ -143,15 +138,7 @@ def test_home_blocks_grow_to_the_array_edges():
 # -- mpiexec tier ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("loops")
-    out = tmp / "results.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0",
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    argv = counted_argv(4, ["-m", "distsdfg.testing.mpirun", str(out)] + CASES, timeout=1500)
-    proc = subprocess.run(argv, env=env, cwd=str(tmp), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return {r["case"]: r for r in json.loads(out.read_text())}
+    return launch_cases(4, CASES, tmp_path_factory.mktemp("loops"))
 
 
 @pytest.mark.parametrize("case", CASES)

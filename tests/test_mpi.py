@@ -1,15 +1,10 @@
 """Real mpiexec runs: every case compiled once on rank 0, checked against NumPy on rank 0."""
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from distsdfg.testing.mpirun import bytes_mismatch, counted_argv
+from distsdfg.testing.mpirun import bytes_mismatch, launch_cases
 from distsdfg.testing.programs import MEGATRON_SCHEDULE
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CASES = {
     4: [
@@ -49,13 +44,7 @@ CASES[4] += [f"{p}:auto" for p in CORE]
 
 
 def _run(nprocs, cases, tmp_path):
-    out = tmp_path / f"results_{nprocs}.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    argv = counted_argv(nprocs, ["-m", "distsdfg.testing.mpirun", str(out)] + cases, timeout=1500)
-    proc = subprocess.run(argv, env=env, cwd=str(tmp_path), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return {r["case"]: r for r in json.loads(out.read_text())}
+    return launch_cases(nprocs, cases, tmp_path, out_name=f"results_{nprocs}.json")
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,6 @@ Unit tier: the exact bounds of tiled maps reach the planner (DaCe writes them as
 sympy cannot take). mpiexec tier: four transformed programs with the auto schedule on 3 ranks
 against NumPy, measured bytes equal to ``comm_report``.
 """
-import json
-import os
-import subprocess
-import sys
 import warnings
 
 import pytest
@@ -17,10 +13,9 @@ from dace.sdfg import nodes
 
 import distsdfg
 from distsdfg import dace_compat as dc
-from distsdfg.testing.mpirun import bytes_mismatch, counted_argv
+from distsdfg.testing.mpirun import bytes_mismatch, launch_cases
 from distsdfg.testing.programs import get
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = ["matmul@MapTiling:auto", "jacobi1d@MapTiling:auto", "mlp@auto_optimize:auto", "softmax@auto_optimize:auto"]
 
 
@@ -52,15 +47,7 @@ def test_unknown_transformation_is_named():
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("transformed")
-    out = tmp / "results.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0",
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    argv = counted_argv(3, ["-m", "distsdfg.testing.mpirun", str(out)] + CASES, timeout=1200)
-    proc = subprocess.run(argv, env=env, cwd=str(tmp), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return {r["case"]: r for r in json.loads(out.read_text())}
+    return launch_cases(3, CASES, tmp_path_factory.mktemp("transformed"), timeout=1200)
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -18,7 +18,7 @@ import functools
 import json
 import sys
 import traceback
-from typing import Optional
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -162,6 +162,27 @@ def counted_argv(nprocs: int, script, timeout: float):
     from distsdfg.launch import mpiexec_argv
     from distsdfg.testing import pmpi
     return mpiexec_argv(nprocs, script, timeout=timeout, genv=pmpi.mpiexec_env())
+
+
+def launch_cases(nprocs: int, cases, folder, *, module: str = "distsdfg.testing.mpirun", options=(),
+                 timeout: float = 1500, out_name: str = "out.json") -> Dict[str, dict]:
+    """Runs ``python -m MODULE [OPTIONS] OUT.json CASES...`` on ``nprocs`` ranks with the byte counter
+    preloaded, in ``folder`` (its builds land there), importing this checkout of distsdfg; returns
+    the results by case. Raises RuntimeError with the end of the job's output if the job fails."""
+    import os
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = os.path.join(str(folder), out_name)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0",
+               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    argv = counted_argv(nprocs, ["-m", module, *options, out] + list(cases), timeout=timeout)
+    proc = subprocess.run(argv, env=env, cwd=str(folder), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"mpiexec -n {nprocs} {module} failed ({proc.returncode}):\n"
+                           + proc.stdout[-3000:] + proc.stderr[-3000:])
+    with open(out) as f:
+        return {r["case"]: r for r in json.load(f)}
 
 
 def bytes_mismatch(result) -> Optional[str]:

@@ -205,6 +205,29 @@ def cmd_launch(args):
                      args.threads_per_rank))
 
 
+def cmd_predict(args):
+    from distsdfg.errors import CommandLineError
+    from distsdfg.predict import format_curve, machine, predict_curve
+    from distsdfg.runner import load_program, parse_schedule
+    prog, _ = load_program(args.program)
+    try:
+        procs = [int(x) for x in args.n.split(",")]
+    except ValueError:
+        raise CommandLineError(f"-n {args.n!r} is not a comma-separated list of rank counts (e.g. 1,2,4,8)") from None
+    m = machine(args.machine)
+    schedule = "auto" if not args.schedule or list(args.schedule) == ["auto"] else (
+        lambda sdfg, P: parse_schedule(args.schedule, sdfg))
+    curve = predict_curve(prog.to_sdfg, procs, m, schedule=schedule, placement=args.placement, **_sizes(args.sizes))
+    print(m)
+    print(format_curve(curve))
+    if args.json:
+        import json
+        with open(args.json, "w") as f:
+            json.dump({"machine": json.loads(m.to_json()), "placement": args.placement,
+                       "points": [{"nprocs": p.nprocs, "seconds": p.seconds, "comm_seconds": p.comm_seconds,
+                                   "compute_seconds": p.compute_seconds} for p in curve]}, f, indent=1)
+
+
 def cmd_info(args):
     from distsdfg.info import report
     print(report())
@@ -266,6 +289,17 @@ def main(argv=None):
     p.add_argument("--model", default="bytes")
     p.add_argument("--alternatives", type=int, default=2)
     p.set_defaults(fn=cmd_explain)
+
+    p = sub.add_parser("predict", help="predicted time per call for many rank counts on a machine model")
+    p.add_argument("program")
+    p.add_argument("-n", default="1,2,4,8,16,32,64,128", help="rank counts, comma-separated")
+    p.add_argument("--schedule", nargs="*", help="auto (default: planned per rank count) | KEY=2,2,1 ... | FILE.json")
+    p.add_argument("--sizes", nargs="*", help="N=8192 ...")
+    p.add_argument("--placement", default="root", choices=["root", "distributed"])
+    p.add_argument("--machine", default="this-machine",
+                   help="this-machine, daint-xc50, or a JSON file (a Machine, or distsdfg calibrate's output)")
+    p.add_argument("--json", default=None, help="write the curve to this JSON file")
+    p.set_defaults(fn=cmd_predict)
 
     p = sub.add_parser("slurm", help="write (and with --submit, submit) an sbatch script")
     p.add_argument("program")

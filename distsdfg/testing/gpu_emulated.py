@@ -39,25 +39,16 @@ def _gpu_lower(mode: str, emulate: bool = True):
 @contextlib.contextmanager
 def _lowering(mode: str, emulate: bool = True):
     """Let mpirun and placement_run lower their cases for the GPU, emulated."""
-    from distsdfg import dace_compat as dc
     from distsdfg.schedule import as_schedule
     from distsdfg.testing import mpirun, placement_run
-    from distsdfg.testing.programs import get
     lower = _gpu_lower(mode, emulate)
 
     def loop_lower(sdfg, sched, target, buffers):
         lower(sdfg, as_schedule(sched))
 
     def placement_lower(name, sched, placement, sizes, P, tag):
-        import distsdfg
-        sdfg = get(name).sdfg()
-        dc.simplify(sdfg)
-        sdfg.name = f"{sdfg.name}_gpu{'emu' if emulate else ''}_{mode}_{tag}"
-        if sched == "auto":
-            sched = distsdfg.auto_schedule(sdfg, P, inputs="distributed", **sizes)
-        else:
-            sched = distsdfg.schedule_by_label(sdfg, sched)
-        return lower(sdfg, sched, placement)
+        sdfg, schedule = placement_run.scheduled(name, sched, sizes, P, f"gpu{'emu' if emulate else ''}_{mode}_{tag}")
+        return lower(sdfg, schedule, placement)
 
     saved = mpirun._lower, placement_run._lower, dict(placement_run.CASES)
     mpirun._lower, placement_run._lower = loop_lower, placement_lower

@@ -39,18 +39,24 @@ CASES = {
 NPY_N = 4096
 
 
-def _lower(name, sched, placement, sizes, P, tag):
+def scheduled(name, sched, sizes, P, suffix):
+    """(SDFG of program ``name`` simplified and renamed ``<name>_<suffix>``, its schedule): ``sched``
+    by labels, or ``"auto"`` planned for ``P`` ranks with distributed boundaries."""
     import distsdfg
     from distsdfg import dace_compat as dc
     from distsdfg.testing.programs import get
     sdfg = get(name).sdfg()
     dc.simplify(sdfg)
-    sdfg.name = f"{sdfg.name}_pl_{tag}"
+    sdfg.name = f"{sdfg.name}_{suffix}"
     if sched == "auto":
-        sched = distsdfg.auto_schedule(sdfg, P, inputs="distributed", **sizes)
-    else:
-        sched = distsdfg.schedule_by_label(sdfg, sched)
-    return distsdfg.lower(sdfg, sched, placement=placement)
+        return sdfg, distsdfg.auto_schedule(sdfg, P, inputs="distributed", **sizes)
+    return sdfg, distsdfg.schedule_by_label(sdfg, sched)
+
+
+def _lower(name, sched, placement, sizes, P, tag):
+    import distsdfg
+    sdfg, schedule = scheduled(name, sched, sizes, P, f"pl_{tag}")
+    return distsdfg.lower(sdfg, schedule, placement=placement)
 
 
 def _report(sdfg, sizes, P):

@@ -9,6 +9,7 @@ import sympy
 from dace import subsets, symbolic
 
 from . import dace_compat as dc
+from .exprs import same_value, simplified as _simplified
 from .errors import AccumulationError, ScheduleError, UnsupportedProgramError
 from .kernels import AnalysedMap, Kernel
 from .tiling import rank_symbol, tile_subset
@@ -32,8 +33,7 @@ def _as_box(subset) -> Box:
     return tuple((sympy.sympify(b), sympy.sympify(e)) for b, e, _ in subset.ranges)
 
 
-def _same(a, b) -> bool:
-    return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+_same = same_value
 
 
 def _same_box(a: Box, b: Box) -> bool:
@@ -215,6 +215,111 @@ def _resolve_grids(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]):
     return driver, grid, axes, map_grids
 
 
+class _OpaqueBounds:
+    """The non-polynomial parts of tiled bounds (``Min(end, hi)`` of uneven blocks, ``int_ceil(N, P)``
+    block sizes, ``Max``, floors) stand as fresh symbols while a kernel's memlets are propagated and
+    its boxes compared, and are put back in its constraints.
+
+    DaCe's propagation simplifies every bound it builds; with those functions inside, sympy takes
+    0.1-0.6 s per memlet (minutes for a stencil in a loop planned for 32 ranks). Fresh symbols keep
+    the bounds polynomial; substituting the functions back gives the same boxes."""
+
+    OPAQUE = (sympy.Min, sympy.Max, sympy.floor, sympy.ceiling)
+
+    def __init__(self):
+        self.symbol_of: Dict[sympy.Expr, sympy.Symbol] = {}
+        self.back: Dict[sympy.Symbol, sympy.Expr] = {}
+
+    def _opaque(self, e) -> bool:
+        return isinstance(e, self.OPAQUE) or (isinstance(e, sympy.Function) and not isinstance(e, sympy.Symbol))
+
+    def _hide(self, e):
+        e = sympy.sympify(e)
+        if self._opaque(e):
+            if e not in self.symbol_of:
+                sym = dc.sym(f"__dsdfg_opaque{len(self.symbol_of)}")
+                self.symbol_of[e], self.back[sym] = sym, e
+            return self.symbol_of[e]
+        if not e.args or e.is_Atom:
+            return e
+        args = [self._hide(a) for a in e.args]
+        return e if all(a is b for a, b in zip(args, e.args)) else e.func(*args)
+
+    def hide(self, rng: subsets.Range) -> subsets.Range:
+        return subsets.Range([(self._hide(b), self._hide(e), s) for b, e, s in rng.ranges])
+
+    def show(self, box: Optional[Box]) -> Optional[Box]:
+        if box is None or not self.back:
+            return box
+        return tuple((sympy.sympify(b).xreplace(self.back), sympy.sympify(e).xreplace(self.back)) for b, e in box)
+
+
+def _affine_dim(b, e, st, pset):
+    """``(param, begin offset, end offset)`` when a memlet dimension is ``p + c1 : p + c2`` with
+    numbers ``c1 <= c2`` and step 1; ``(None, b, e)`` when it uses no parameter; else None."""
+    b, e = sympy.sympify(b), sympy.sympify(e)
+    used = (b.free_symbols | e.free_symbols) & pset
+    if not used:
+        return None, b, e
+    if len(used) != 1 or sympy.sympify(st) != 1:
+        return None if used else (None, b, e)
+    p = next(iter(used))
+    c1, c2 = sympy.expand(b - p), sympy.expand(e - p)
+    if not (c1.is_Number and c2.is_Number and c1 <= c2):
+        return None
+    return p, c1, c2
+
+
+def propagate_box(memlets: Sequence[dace.Memlet], desc, params: Sequence[str], rng: subsets.Range) -> Box:
+    """The bounding box of ``memlets`` over the iteration range ``rng`` of ``params``.
+
+    Memlets whose every dimension is ``p + c`` (a parameter plus a constant, or a constant range
+    ``p + c1 : p + c2``) or free of parameters, on ranges of step 1, are propagated here in linear
+    time: ``[lo(p) + min c, hi(p) + max c]`` per dimension, which is DaCe's result too. Others go
+    through DaCe's memlet propagation (``dace_compat.propagate``), which simplifies every bound with
+    sympy (0.05-0.5 s per call)."""
+    pset = {symbolic.pystr_to_symbolic(p): i for i, p in enumerate(params)}
+    bounds = {}
+    for i, (lo, hi, st) in enumerate(rng.ranges):
+        bounds[i] = (sympy.sympify(lo), sympy.sympify(hi), sympy.sympify(st))
+    dims = None
+    for m in memlets:
+        sub = m.subset
+        if isinstance(sub, subsets.Indices):
+            sub = subsets.Range.from_indices(sub)
+        if not isinstance(sub, subsets.Range):
+            dims = None
+            break
+        mine = [_affine_dim(b, e, st, set(pset)) for b, e, st in sub.ranges]
+        if any(d is None for d in mine) or (dims is not None and len(mine) != len(dims)):
+            dims = None
+            break
+        if dims is None:
+            dims = [[d] for d in mine]
+        else:
+            for acc, d in zip(dims, mine):
+                acc.append(d)
+    box = []
+    for per_dim in dims or ():
+        ps = {d[0] for d in per_dim}
+        if len(ps) != 1:
+            break
+        p = next(iter(ps))
+        if p is None:
+            if any(d[1:] != per_dim[0][1:] for d in per_dim):
+                break
+            box.append(per_dim[0][1:])
+            continue
+        lo, hi, st = bounds[pset[p]]
+        if st != 1:
+            break
+        box.append((lo + min(d[1] for d in per_dim), hi + max(d[2] for d in per_dim)))
+    else:
+        if dims is not None:
+            return tuple(box)
+    return _as_box(dc.propagate(memlets, desc, params, rng).subset)
+
+
 def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> KernelPlan:
     """Rank-tile ``kernel`` symbolically and extract its per-array constraints (thesis 4.2, 4.3)."""
     driver, grid, axes, map_grids = _resolve_grids(kernel, schedule)
@@ -222,10 +327,11 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
     plan = KernelPlan(kernel, grid, rank_syms, map_grids, axes, {})
 
     per_array: Dict[str, dict] = {}
+    ends = _OpaqueBounds()
     for m in kernel.maps:
         _check_unreduced_writes(m, plan.map_grids[m.info.key])
-        clamped = plan.tiled_range(m, clamp=True)
-        unclamped = plan.tiled_range(m, clamp=False)
+        clamped = ends.hide(plan.tiled_range(m, clamp=True))
+        unclamped = ends.hide(plan.tiled_range(m, clamp=False))
         for arr, acc in m.accesses.items():
             desc = m.arrays[arr]
             rec = per_array.setdefault(arr, {"reads": [], "writes": [], "alloc": [], "ndim": len(desc.shape),
@@ -235,15 +341,13 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
             for direction, memlets in (("reads", acc.reads), ("writes", acc.writes)):
                 if not memlets:
                     continue
-                cm = dc.propagate(memlets, desc, m.info.params, clamped)
-                um = dc.propagate(memlets, desc, m.info.params, unclamped)
-                whole = _as_box(dc.propagate(memlets, desc, m.info.params, m.info.ranges).subset)
+                box = propagate_box(memlets, desc, m.info.params, clamped)
+                whole = propagate_box(memlets, desc, m.info.params, m.info.ranges)
                 if _same_box(whole, tuple((sympy.Integer(0), sympy.sympify(n) - 1) for n in desc.shape)):
                     rec["full"].add(direction)
-                rec[direction].append(_as_box(cm.subset))
-                rec["alloc"].append(_as_box(um.subset))
+                rec[direction].append(box)
+                rec["alloc"].append(propagate_box(memlets, desc, m.info.params, unclamped))
                 if direction == "writes":
-                    box = _as_box(cm.subset)
                     for w in memlets:
                         if w.wcr is not None:
                             op = dc.reduction_op(w.wcr)
@@ -258,7 +362,7 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
                             if any(g > 1 and p not in used for p, g in zip(m.info.params, mgrid)):
                                 rec["split"] = True
                         else:
-                            single = _as_box(dc.propagate([w], desc, m.info.params, clamped).subset)
+                            single = propagate_box([w], desc, m.info.params, clamped)
                             if _exact(w, m.info.params) and _same_box(single, box):
                                 rec["plain_exact"].append(box)
                     rec["exact"].append(any(_exact(w, m.info.params) and w.wcr is None for w in memlets)
@@ -281,8 +385,8 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
         if op is not None and not init_covered and rec["plain_exact"]:
             raise UnsupportedProgramError(f"`{kernel.label}` both overwrites part of `{arr}` and accumulates into it")
         exact = op is not None or bool(rec["plain_exact"])
-        alloc_start, alloc_shape = _alloc(rec["alloc"], rec["shape"])
-        plan.arrays[arr] = ArrayConstraint(arr, rec["reads"], write, alloc_start, alloc_shape, exact, op, init_covered,
+        alloc_start, alloc_shape = _alloc(rec["alloc"], rec["shape"], ends)
+        plan.arrays[arr] = ArrayConstraint(arr, [ends.show(b) for b in rec["reads"]], ends.show(write), alloc_start, alloc_shape, exact, op, init_covered,
                                            write is not None and exact and init_covered and "writes" in rec["full"],
                                            "reads" in rec["full"], op is not None and rec["split"],
                                            write is not None and "writes" in rec["full"])
@@ -342,15 +446,19 @@ SIMPLIFY_OPS = 40
 def _cheap_simplify(expr):
     """``sympy.simplify(expr)`` where that is cheap; large expressions come back as they are (a
     caller that needs a rank-free size then falls back to the whole array, which is correct)."""
-    return sympy.simplify(expr) if sympy.count_ops(expr) <= SIMPLIFY_OPS else expr
+    return _simplified(expr) if sympy.count_ops(expr) <= SIMPLIFY_OPS else expr
 
 
-def _alloc(boxes: List[Box], shape) -> Tuple[Tuple, Tuple]:
-    """Bounding box of the unclamped per-map boxes; its size must not depend on the rank."""
+def _alloc(boxes: List[Box], shape, opaque: Optional[_OpaqueBounds] = None) -> Tuple[Tuple, Tuple]:
+    """Bounding box of the unclamped per-map boxes; its size must not depend on the rank.
+    ``opaque``: the boxes' bounds hide functions as symbols (simplified that way, then shown)."""
     ndim = len(shape)
     starts = [sympy.Min(*[b[d][0] for b in boxes]) if len(boxes) > 1 else boxes[0][d][0] for d in range(ndim)]
     ends = [sympy.Max(*[b[d][1] for b in boxes]) if len(boxes) > 1 else boxes[0][d][1] for d in range(ndim)]
     sizes = [_cheap_simplify(e - s + 1) for s, e in zip(starts, ends)]
+    if opaque is not None:
+        shown = opaque.show(tuple(zip(starts, sizes)))
+        starts, sizes = [b for b, _ in shown], [e for _, e in shown]
     rank_free = all(not any(str(x).startswith("__dsdfg_k") for x in sympy.sympify(sz).free_symbols) for sz in sizes)
     if not rank_free:
         return tuple(sympy.Integer(0) for _ in shape), tuple(sympy.sympify(s) for s in shape)

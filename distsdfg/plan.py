@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import sympy
 
-from . import dace_compat as dc
+from .exprs import evaluate
 
 if TYPE_CHECKING:
     from .redistribute import CommPlan
@@ -172,27 +170,6 @@ def _coords(q: int, grid: Sequence[int]) -> Optional[Tuple[int, ...]]:
         q, c = divmod(q, g)
         out.append(c)
     return None if q else tuple(reversed(out))
-
-
-@functools.lru_cache(maxsize=4096)
-def _compiled(expr: str):
-    e = dc.symbolic.pystr_to_symbolic(expr)
-    syms = sorted(e.free_symbols, key=str)
-    if not syms:
-        v = int(e)
-        return (), (lambda *a: v)
-    f = sympy.lambdify(syms, e, modules=[{"int_ceil": lambda a, b: -(-a // b), "int_floor": lambda a, b: a // b, "Min": min, "Max": max,
-                                           "floor": lambda x: int(np.floor(x)), "ceiling": lambda x: int(np.ceil(x))},
-                                          "math"])
-    return tuple(str(s) for s in syms), f
-
-
-def evaluate(expr: str, values: Dict[str, int]) -> int:
-    names, f = _compiled(expr)
-    try:
-        return int(f(*[values[n] for n in names]))
-    except KeyError as exc:
-        raise KeyError(f"symbol {exc.args[0]} has no value") from None
 
 
 def _block(spec, coords, values, gshape) -> RankBlock:

@@ -19,7 +19,8 @@ def rank_symbol(kernel: int, axis: int):
 def iterations(rng: Tuple) -> sympy.Expr:
     lo, hi, st = (symbolic.pystr_to_symbolic(x) if isinstance(x, str) else sympy.sympify(x) for x in rng)
     if st == 1:
-        return sympy.simplify(hi - lo + 1)
+        n = hi - lo + 1
+        return sympy.expand(n) if n.is_polynomial() else sympy.simplify(n)
     return sympy.floor((hi - lo) / st) + 1
 
 
@@ -56,10 +57,14 @@ def tile_range(rng: Tuple, parts: int, r, *, clamp: bool = True) -> Tuple:
     n = iterations(rng)
     b = block(n, parts)
     start = lo + r * b * st
-    end = lo + ((r + 1) * b - 1) * st
+    end = sympy.expand(lo + ((r + 1) * b - 1) * st)
     even = sympy.sympify(n).is_Number and int(n) % parts == 0
     if clamp and not even:
-        end = dc.Min(end, hi)
+        over = sympy.expand(end - hi)
+        if over.is_number:
+            end = hi if over >= 0 else end
+        else:        # sympy's evaluation of Min tries to order the bounds, in vain and slowly
+            end = dc.Min(end, hi, evaluate=False)
     return (start, end, st)
 
 

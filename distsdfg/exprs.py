@@ -16,7 +16,7 @@ import sympy
 
 from . import dace_compat as dc
 
-__all__ = ["compiled", "evaluate", "simplified", "same_value"]
+__all__ = ["compiled", "evaluate", "evaluate_many", "simplified", "same_value"]
 
 
 #: The functions a bound's text may call, as Python evaluates them on integers.
@@ -27,10 +27,9 @@ _NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Call, ast.Name, ast.Consta
           ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.USub, ast.UAdd)
 
 
-def _python_compiled(expr: str):
-    """``(names, f)`` evaluating ``expr`` as Python when it is plain arithmetic on symbols and the
-    ``_FUNCTIONS``; None otherwise. Parsing the text with sympy first (as ``compiled`` otherwise does)
-    evaluates every ``Min`` and ``Max`` symbolically: ~0.3 s per bound of an uneven block."""
+def _arithmetic_names(expr: str):
+    """The symbols of ``expr`` when it is plain arithmetic on symbols, numbers and the
+    ``_FUNCTIONS`` (nothing else can run when it is evaluated as Python); None otherwise."""
     try:
         tree = ast.parse(expr, mode="eval")
     except SyntaxError:
@@ -46,8 +45,54 @@ def _python_compiled(expr: str):
             return None
         if isinstance(node, ast.Name) and node.id not in _FUNCTIONS:
             names.add(node.id)
-    names = tuple(sorted(names))
-    return names, eval(f"lambda {', '.join(names)}: ({expr})", dict(_FUNCTIONS))  # checked above: arithmetic only
+    return tuple(sorted(names))
+
+
+def _python_compiled(expr: str, functions=None):
+    """``(names, f)`` evaluating ``expr`` as Python (with ``functions``, default ``_FUNCTIONS``) when
+    it is plain arithmetic; None otherwise. Parsing the text with sympy first (as ``compiled``
+    otherwise does) evaluates every ``Min`` and ``Max`` symbolically: ~0.3 s per bound of an uneven block."""
+    names = _arithmetic_names(expr)
+    if names is None:
+        return None
+    return names, eval(f"lambda {', '.join(names)}: ({expr})", dict(functions or _FUNCTIONS))  # arithmetic only
+
+
+def _reduce(op):
+    return lambda *args: functools.reduce(op, args)
+
+
+#: The same functions over NumPy integer arrays (element-wise; Python's semantics for //, % and /).
+_ARRAY_FUNCTIONS = {"int_ceil": lambda a, b: -(-a // b), "int_floor": lambda a, b: a // b,
+                    "Min": _reduce(np.minimum), "Max": _reduce(np.maximum), "min": _reduce(np.minimum),
+                    "max": _reduce(np.maximum), "floor": lambda x: np.floor(x).astype(np.int64),
+                    "ceiling": lambda x: np.ceil(x).astype(np.int64), "Mod": np.mod, "Abs": np.abs}
+
+
+@functools.lru_cache(maxsize=8192)
+def compiled_array(expr: str):
+    """``(names, f)`` evaluating ``expr`` element-wise over NumPy arrays; None where it is not plain
+    arithmetic (``evaluate`` then takes one point at a time)."""
+    return _python_compiled(expr, _ARRAY_FUNCTIONS)
+
+
+def evaluate_many(expr: str, values: Dict[str, object], n: int) -> np.ndarray:
+    """``expr`` at ``n`` points at once: ``values`` maps names to numbers or to arrays of length
+    ``n`` (e.g. every rank's grid coordinate); returns an int64 array of length ``n``."""
+    got = compiled_array(expr)
+    if got is not None:
+        names, f = got
+        try:
+            args = [values[k] for k in names]
+        except KeyError as exc:
+            raise KeyError(f"symbol {exc.args[0]} has no value") from None
+        with np.errstate(all="ignore"):
+            out = np.asarray(f(*args))
+        if out.dtype.kind == "f":
+            out = np.trunc(out)
+        return np.broadcast_to(out.astype(np.int64), (n,))
+    return np.array([evaluate(expr, {k: (v[i] if isinstance(v, np.ndarray) else v) for k, v in values.items()})
+                     for i in range(n)], dtype=np.int64)
 
 
 @functools.lru_cache(maxsize=8192)

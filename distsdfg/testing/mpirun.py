@@ -75,7 +75,7 @@ def _run_lowered(text, p, sdfg, sched, comm):
     values = symbol_values(sdfg, inputs, symbols)
     counts = {k: v for k, v in inputs.items() if isinstance(v, (int, np.integer))}   # loop bounds
     counts.update({k: v for k, v in values.items() if k in sdfg.symbols})
-    report = distsdfg.comm_report(sdfg, nprocs=comm.size, **counts)
+    report = distsdfg.comm_report(sdfg, nprocs=comm.size, **counts) if comm.rank == 0 else None   # rank 0 compares
     fn = distsdfg.compile(sdfg, comm=comm)
     if comm.rank != 0:     # only rank 0's arrays count; scalars are taken from rank 0
         inputs = {k: np.zeros_like(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}

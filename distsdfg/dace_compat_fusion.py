@@ -1,0 +1,62 @@
+"""DaCe 1.0.2 ``MapFusion`` cost workaround (part of the ``dace_compat`` layer): counted candidates.
+
+``SDFG.apply_transformations_repeated(MapFusion)`` restarts its pattern matching from the first
+state after every fusion, and ``MapFusion.can_be_applied`` first counts, for each access node a
+candidate's first map writes, how many access nodes of the whole SDFG show the same data (more
+than one: no fusion). Each candidate thus costs a walk over every node of the SDFG, and a
+lowered program with ``k`` fusions and ``n`` candidate pairs costs ``O(k n |SDFG|)``: on the
+~400-kernel GPT training step that was most of ``optimize_lowered``.
+
+``CountedMapFusion`` is ``MapFusion`` with that test answered first from per-data counts kept
+for the SDFG until the next fusion changes it; a candidate rejected there would be rejected by
+``MapFusion``'s own first checks, every other candidate goes through ``MapFusion.can_be_applied``
+unchanged. The fusions found, their order and the SDFG they leave are the same.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Dict
+
+from dace.sdfg import nodes
+from dace.transformation.dataflow import MapFusion
+
+__all__ = ["CountedMapFusion", "fuse_maps_repeated"]
+
+_counts: Dict[int, Counter] = {}     # id(sdfg) -> data name -> access nodes; cleared on every change
+
+
+def _data_counts(sdfg) -> Counter:
+    c = _counts.get(id(sdfg))
+    if c is None:
+        c = _counts[id(sdfg)] = Counter(n.data for n in sdfg.data_nodes())
+    return c
+
+
+class CountedMapFusion(MapFusion):
+    """``MapFusion`` whose candidates with a shared intermediate are rejected from cached counts."""
+
+    def can_be_applied(self, graph, expr_index, sdfg, permissive=False):
+        counts = _data_counts(sdfg)
+        for e in graph.out_edges(self.first_map_exit):
+            # MapFusion returns False for this candidate too (a node that is not an access
+            # node, or data with more than one access node in the SDFG).
+            if not isinstance(e.dst, nodes.AccessNode) or counts[e.dst.data] > 1:
+                return False
+        return super().can_be_applied(graph, expr_index, sdfg, permissive=permissive)
+
+    def apply(self, graph, sdfg):
+        _counts.clear()
+        try:
+            return super().apply(graph, sdfg)
+        finally:
+            _counts.clear()
+
+
+def fuse_maps_repeated(sdfg) -> int:
+    """``sdfg.apply_transformations_repeated(MapFusion)`` (no validation, no report) with the counted
+    candidate test; returns how many fusions were applied."""
+    _counts.clear()
+    try:
+        return sdfg.apply_transformations_repeated(CountedMapFusion, validate=False, print_report=False)
+    finally:
+        _counts.clear()

@@ -9,8 +9,12 @@ lowered program with ``k`` fusions and ``n`` candidate pairs costs ``O(k n |SDFG
 
 ``CountedMapFusion`` is ``MapFusion`` with that test answered first from per-data counts kept
 for the SDFG until the next fusion changes it; a candidate rejected there would be rejected by
-``MapFusion``'s own first checks, every other candidate goes through ``MapFusion.can_be_applied``
-unchanged. The fusions found, their order and the SDFG they leave are the same.
+``MapFusion``'s own first checks. It also remembers the candidates ``MapFusion.can_be_applied``
+rejected: after a fusion, the matching restarts and asks again about every candidate of every
+state, but the answer depends only on the candidate's state (its nodes, edges and paths) and
+on how many access nodes the SDFG has for the candidate's intermediate data. A rejection is
+reused while neither changed (no fusion in that state since, same counts). The fusions found,
+their order and the SDFG they leave are the same.
 """
 from __future__ import annotations
 
@@ -23,6 +27,14 @@ from dace.transformation.dataflow import MapFusion
 __all__ = ["CountedMapFusion", "fuse_maps_repeated"]
 
 _counts: Dict[int, Counter] = {}     # id(sdfg) -> data name -> access nodes; cleared on every change
+_versions: Counter = Counter()       # id(state) -> fusions applied in it
+_rejected: Dict[tuple, tuple] = {}   # candidate -> (its state's version, its intermediates' counts)
+
+
+def _reset():
+    _counts.clear()
+    _versions.clear()
+    _rejected.clear()
 
 
 def _data_counts(sdfg) -> Counter:
@@ -37,15 +49,25 @@ class CountedMapFusion(MapFusion):
 
     def can_be_applied(self, graph, expr_index, sdfg, permissive=False):
         counts = _data_counts(sdfg)
-        for e in graph.out_edges(self.first_map_exit):
+        outs = graph.out_edges(self.first_map_exit)
+        for e in outs:
             # MapFusion returns False for this candidate too (a node that is not an access
             # node, or data with more than one access node in the SDFG).
             if not isinstance(e.dst, nodes.AccessNode) or counts[e.dst.data] > 1:
                 return False
-        return super().can_be_applied(graph, expr_index, sdfg, permissive=permissive)
+        key = (id(sdfg), id(graph), expr_index, bool(permissive), self.first_map_exit, self.array,
+               self.second_map_entry)
+        seen = (_versions[id(graph)], tuple(counts[e.dst.data] for e in outs))
+        if _rejected.get(key) == seen:
+            return False
+        ok = super().can_be_applied(graph, expr_index, sdfg, permissive=permissive)
+        if not ok:
+            _rejected[key] = seen
+        return ok
 
     def apply(self, graph, sdfg):
         _counts.clear()
+        _versions[id(graph)] += 1
         try:
             return super().apply(graph, sdfg)
         finally:
@@ -55,8 +77,8 @@ class CountedMapFusion(MapFusion):
 def fuse_maps_repeated(sdfg) -> int:
     """``sdfg.apply_transformations_repeated(MapFusion)`` (no validation, no report) with the counted
     candidate test; returns how many fusions were applied."""
-    _counts.clear()
+    _reset()
     try:
         return sdfg.apply_transformations_repeated(CountedMapFusion, validate=False, print_report=False)
     finally:
-        _counts.clear()
+        _reset()

@@ -24,7 +24,7 @@ from typing import Dict
 from dace.sdfg import nodes
 from dace.transformation.dataflow import MapFusion
 
-__all__ = ["CountedMapFusion", "fuse_maps_repeated"]
+__all__ = ["CountedMapFusion", "fuse_maps_repeated", "copy_into"]
 
 _counts: Dict[int, Counter] = {}     # id(sdfg) -> data name -> access nodes; cleared on every change
 _versions: Counter = Counter()       # id(state) -> fusions applied in it
@@ -82,3 +82,23 @@ def fuse_maps_repeated(sdfg) -> int:
         return sdfg.apply_transformations_repeated(CountedMapFusion, validate=False, print_report=False)
     finally:
         _reset()
+
+
+def copy_into(sdfg, source, keep=("_distsdfg",)) -> None:
+    """Make ``sdfg`` (a top-level SDFG) a deep copy of ``source`` (e.g. a transformed copy of it) in
+    place, so that the callers' references stay valid: DaCe's ``SDFG.__deepcopy__`` with ``sdfg``
+    as the result. Attributes named in ``keep`` stay ``sdfg``'s own."""
+    import copy
+    memo = {id(source): sdfg}
+    derived = ('_cached_start_block', '_edges', '_nodes', '_parent', '_parent_sdfg', '_parent_nsdfg_node',
+               '_cfg_list', '_transformation_hist', 'guid')
+    for k, v in source.__dict__.items():
+        if k in derived or k in keep:
+            continue
+        setattr(sdfg, k, copy.deepcopy(v, memo))
+    sdfg._edges = copy.deepcopy(source._edges, memo)
+    sdfg._nodes = copy.deepcopy(source._nodes, memo)
+    sdfg._cached_start_block = copy.deepcopy(source._cached_start_block, memo)
+    if hasattr(source, '_transformation_hist'):
+        sdfg._transformation_hist = copy.deepcopy(source._transformation_hist, memo)
+    sdfg._cfg_list = sdfg.reset_cfg_list()

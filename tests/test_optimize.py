@@ -108,3 +108,24 @@ def test_counted_map_fusion_fuses_as_map_fusion(prog, schedule):
     assert n > 0 and n == theirs.apply_transformations_repeated(MapFusion, validate=False, print_report=False)
     assert _structure(ours) == _structure(theirs)
     ours.validate()
+
+
+@pytest.mark.parametrize("prog,schedule", [("greatcircle", {"*": (4,)}), ("softmax", {"*": (1, 1, 1, 4)})])
+def test_fused_copy_becomes_the_program(prog, schedule):
+    """optimize_lowered fuses a copy and makes the program that copy (dace_compat_fusion.copy_into):
+    the same SDFG as fusing the program itself, with every reference into it valid."""
+    import copy
+
+    from dace.transformation.dataflow import MapFusion
+
+    from distsdfg.optimize import fast_reductions, share_rank_symbols
+    plain, fused = _lowered(prog, schedule, False), _lowered(prog, schedule, True)
+    want = copy.deepcopy(plain)
+    before = set(want.arrays)
+    share_rank_symbols(want, copy.deepcopy(plain._distsdfg.kernels))
+    want.apply_transformations_repeated(MapFusion, validate=False, print_report=False)
+    dc.remove_unused_transients(want, before)
+    fast_reductions(want)
+    assert _structure(fused) == _structure(want)
+    assert all(st.sdfg is fused and st.parent_graph is fused for st in fused.states())
+    assert [c.sdfg for c in fused.all_control_flow_regions()] == [fused]

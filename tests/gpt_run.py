@@ -7,6 +7,7 @@ parameter groups, float64, so that the comparison is not dominated by Adam norma
 float32 rounding of near-zero gradients), each ``:data`` (the batch split over the ranks,
 ``distsdfg.schedule_from_shardings``) or ``:one`` (no schedule: the program as one process
 runs it, on rank 0). The model is the mixed tiny GPT (both attention forms, biases and none).
+Each mode's program is parsed once, on rank 0 (``parsed``); every rank lowers its own copy.
 """
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ parameter groups, float64, so that the comparison is not dominated by Adam norma
 float32 rounding of near-zero gradients), each ``:data`` (the batch split over the ranks,
 ``distsdfg.schedule_from_shardings``) or ``:one`` (no schedule: the program as one process
 runs it, on rank 0). The model is the mixed tiny GPT (both attention forms, biases and none).
-Each mode's program is parsed once, on rank 0 (``parsed``); every rank lowers its own copy.
 """
 from __future__ import annotations
 
@@ -46,28 +45,6 @@ def last_loss(out, target):
     return out[1]
 
 
-_PARSED = {}
-
-
-def parsed(mode: str, prog, comm):
-    """A fresh copy of ``prog.sdfg``, parsed once per mode on rank 0 (the parse costs most of a
-    case): every rank of ``comm`` gets it from rank 0 and lowers it itself, as a user's ranks do."""
-    import dace
-    from distsdfg.runtime import idle_bcast
-    error = None
-    if (comm is None or comm.rank == 0) and mode not in _PARSED:
-        try:
-            _PARSED[mode] = prog.sdfg.to_json()
-        except Exception as exc:     # the other ranks must not wait for it
-            error = exc
-    js = _PARSED.get(mode) if comm is None else idle_bcast(comm, _PARSED.get(mode))
-    if error is not None:
-        raise error
-    if js is None:
-        raise RuntimeError(f"the {mode} program failed to parse on rank 0")
-    return dace.SDFG.from_json(js)
-
-
 def run_case(case: str, comm) -> dict:
     import distsdfg
     from distsdfg.testing.mpirun import counted_call
@@ -79,7 +56,7 @@ def run_case(case: str, comm) -> dict:
         prog = distsdfg.from_torch(model, (idx,))
     else:
         prog = distsdfg.from_torch_train_step(model, last_loss, model.optimizer(), (idx, tgt), tgt)
-    sdfg = parsed(mode, prog, comm if shard == "data" else None)
+    sdfg = prog.sdfg
     sched = {}
     if shard == "data":
         shardings = {"idx": (comm.size, 1), "targets": (comm.size, 1)}

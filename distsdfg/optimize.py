@@ -64,9 +64,11 @@ def share_rank_symbols(sdfg: SDFG, kernels: List) -> Dict[str, str]:
 
 
 def fuse_maps(sdfg: SDFG) -> int:
-    """Fuse producer-consumer chains of maps with equal ranges (DaCe's MapFusion); returns how many."""
-    from dace.transformation.dataflow import MapFusion
-    return sdfg.apply_transformations_repeated(MapFusion, validate=False, print_report=False)
+    """Fuse producer-consumer chains of maps with equal ranges (DaCe's MapFusion, with the candidate
+    test of ``dace_compat_fusion``: the same fusions, without a walk over the SDFG per candidate);
+    returns how many."""
+    from .dace_compat_fusion import fuse_maps_repeated
+    return fuse_maps_repeated(sdfg)
 
 
 def fast_reductions(sdfg: SDFG) -> int:
@@ -200,7 +202,8 @@ def optimize_lowered(sdfg: SDFG, low, *, straight: bool, one_rank: bool = False)
     ``straight``: a program without loops, branches or distributed placement. Only those are
     fused: DaCe 1.0.2's MapFusion leaves invalid SDFGs behind on stencils in loops (home
     buffers), so programs with home buffers keep their maps (reductions are still expanded
-    faster). Fusion is tried on a copy first and skipped if the copy does not validate."""
+    faster). Fusion is tried on a copy first and skipped if the copy does not validate; a copy
+    that validates becomes the program (``dace_compat_fusion.copy_into``)."""
     from . import dace_compat as dc
     done = {"shared_symbols": 0, "fused": 0}
     if straight and not low.homes and not low.boundary:
@@ -209,16 +212,21 @@ def optimize_lowered(sdfg: SDFG, low, *, straight: bool, one_rank: bool = False)
         from dace.sdfg.validation import InvalidSDFGError
         trial = copy.deepcopy(sdfg)
         trial_kernels = copy.deepcopy(low.kernels)
-        share_rank_symbols(trial, trial_kernels)
+        shared = share_rank_symbols(trial, trial_kernels)
         try:
-            ok = fuse_maps(trial) > 0
-            trial.validate()
+            ok = fuse_maps(trial)
+            if ok:
+                trial.validate()
         except (InvalidSDFGError, ValueError, KeyError):
-            ok = False
-        if ok:
+            ok = 0
+        if ok:      # the fused copy becomes the program (rather than fusing it a second time)
+            from .dace_compat_fusion import copy_into
             before = set(sdfg.arrays)
-            done["shared_symbols"] = len(share_rank_symbols(sdfg, low.kernels))
-            done["fused"] = fuse_maps(sdfg)
+            for kg, tk in zip(low.kernels, trial_kernels):
+                kg.rank_syms = tk.rank_syms
+            done["shared_symbols"] = len(shared)
+            copy_into(sdfg, trial)
+            done["fused"] = ok
             dc.remove_unused_transients(sdfg, before)
     if one_rank and straight and not low.homes and not low.boundary and low.nprocs == 1:
         done["aliased"] = alias_whole_blocks(sdfg, low)

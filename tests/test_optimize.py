@@ -79,3 +79,53 @@ def test_optimize_can_be_switched_off_by_environment(monkeypatch):
     monkeypatch.setenv("DISTSDFG_OPTIMIZE", "0")
     sdfg = _lower("greatcircle", {"*": (4,)}, None)
     assert len(_maps(sdfg)) > 5
+
+
+def _structure(sdfg):
+    """The SDFG as comparable text: states, nodes and edges with their memlets, in order."""
+    out = []
+    for st in sdfg.states():
+        ids = {n: i for i, n in enumerate(st.nodes())}
+        out.append((st.label, [str(n) for n in st.nodes()],
+                    [(ids[e.src], e.src_conn, ids[e.dst], e.dst_conn, str(e.data)) for e in st.edges()]))
+    return out, sorted(sdfg.arrays)
+
+
+@pytest.mark.parametrize("prog,schedule", [("greatcircle", {"*": (4,)}), ("softmax", {"*": (1, 1, 1, 4)})])
+def test_counted_map_fusion_fuses_as_map_fusion(prog, schedule):
+    """dace_compat_fusion's candidate test (cached access-node counts) changes nothing but the time."""
+    import copy
+
+    from dace.transformation.dataflow import MapFusion
+
+    from distsdfg.dace_compat_fusion import fuse_maps_repeated
+    from distsdfg.optimize import share_rank_symbols
+    plain = _lowered(prog, schedule, False)
+    ours, theirs = copy.deepcopy(plain), copy.deepcopy(plain)
+    for s in (ours, theirs):
+        share_rank_symbols(s, copy.deepcopy(plain._distsdfg.kernels))
+    n = fuse_maps_repeated(ours)
+    assert n > 0 and n == theirs.apply_transformations_repeated(MapFusion, validate=False, print_report=False)
+    assert _structure(ours) == _structure(theirs)
+    ours.validate()
+
+
+@pytest.mark.parametrize("prog,schedule", [("greatcircle", {"*": (4,)}), ("softmax", {"*": (1, 1, 1, 4)})])
+def test_fused_copy_becomes_the_program(prog, schedule):
+    """optimize_lowered fuses a copy and makes the program that copy (dace_compat_fusion.copy_into):
+    the same SDFG as fusing the program itself, with every reference into it valid."""
+    import copy
+
+    from dace.transformation.dataflow import MapFusion
+
+    from distsdfg.optimize import fast_reductions, share_rank_symbols
+    plain, fused = _lowered(prog, schedule, False), _lowered(prog, schedule, True)
+    want = copy.deepcopy(plain)
+    before = set(want.arrays)
+    share_rank_symbols(want, copy.deepcopy(plain._distsdfg.kernels))
+    want.apply_transformations_repeated(MapFusion, validate=False, print_report=False)
+    dc.remove_unused_transients(want, before)
+    fast_reductions(want)
+    assert _structure(fused) == _structure(want)
+    assert all(st.sdfg is fused and st.parent_graph is fused for st in fused.states())
+    assert [c.sdfg for c in fused.all_control_flow_regions()] == [fused]

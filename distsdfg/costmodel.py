@@ -23,6 +23,7 @@ import math
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .boxes import dim_groups, reshape_box
 from .eingraph import Edge, EinGraph, Operand, Vertex
 
 __all__ = ["cost_join", "cost_agg", "cost_repart", "CostModel", "PaperModel", "BytesModel", "AlphaBetaModel",
@@ -89,8 +90,7 @@ def _flat_parts(o: Operand, parts: Tuple[int, ...], target: Sequence[int]) -> Tu
     """Parts of an operand seen through a reshape onto ``target`` (leading dimensions first)."""
     if tuple(o.shape) == tuple(target):
         return parts
-    from .redistribute import _dim_groups
-    groups = _dim_groups(list(o.shape), list(target))
+    groups = dim_groups(list(o.shape), list(target))
     if groups is None:
         return tuple(1 for _ in target)
     out = [1] * len(target)
@@ -334,7 +334,7 @@ def _boxes(sig: Tuple, shape: Tuple[int, ...], P: int):
 
 def root_bytes(sig: Tuple, shape, P: int, what: str) -> int:
     """Elements a scatter from rank 0, the reduction of partial blocks, or the gather to rank 0 of
-    a layout moves (plan.comm_steps' rules: one copy per distinct block, rank 0's own stays)."""
+    a layout moves (solver.comm_steps' rules: one copy per distinct block, rank 0's own stays)."""
     import numpy as np
     start, size = _boxes(sig, shape, P)
     vol = np.prod(np.maximum(size, 0), axis=-1)
@@ -357,9 +357,8 @@ def root_bytes(sig: Tuple, shape, P: int, what: str) -> int:
 
 @functools.lru_cache(maxsize=1 << 16)
 def _reshaped(start: Tuple[int, ...], size: Tuple[int, ...], vshape: Tuple[int, ...], tshape: Tuple[int, ...]):
-    """``redistribute.reshape_box``, remembered (the planner asks for the same blocks of the
+    """``boxes.reshape_box``, remembered (the planner asks for the same blocks of the
     same views again and again); None where the block is not a block of the other shape."""
-    from .redistribute import reshape_box
     try:
         return reshape_box((start, size), vshape, tshape)
     except ValueError:

@@ -27,6 +27,7 @@ from . import errors
 from .errors import DistributedLoweringError, InputError, SymbolicSizeError
 from .runtime import DistributedProgram, compile_distributed, idle_bcast
 from .schedule import Schedule
+from .solver import planned
 
 __all__ = ["Deferred", "DeferredProgram", "defer", "planned"]
 
@@ -106,13 +107,6 @@ def defer(sdfg: SDFG, nprocs: int, missing: str, *, target: str = "cpu", comm: s
     sdfg._distsdfg = Deferred(nprocs, sdfg.name, dc.to_json(sdfg), sizes, missing, target, comm, placement,
                               dict(plan_options or {}), {a: "" for a in sorted(placed)}, optimize)
     return sdfg
-
-
-def planned(sdfg: SDFG, values: Dict[str, int], what: str) -> SDFG:
-    """``sdfg`` when it is lowered; for a program planned at its first call, a copy planned and
-    lowered for ``values`` (``what`` names the caller in the refusal when a size is missing)."""
-    low = getattr(sdfg, "_distsdfg", None)
-    return low.copy_for(values, what) if isinstance(low, Deferred) else sdfg
 
 
 def _env_verbose() -> bool:

@@ -34,12 +34,13 @@ import os
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 from . import dace_compat as dc
-from .api import lower
 from .eingraph import build_graph
 from .errors import OptionError
 from .placement import boundary_pricing
+from .lowering import lower_sdfg
 from .planner import auto_schedule
 from .report import comm_report
+from .schedule import as_schedule
 from .solver import lowered_of
 
 __all__ = ["Machine", "PRESETS", "Prediction", "machine", "predict", "predict_curve", "format_curve"]
@@ -192,7 +193,7 @@ def predict_curve(make_sdfg: Callable[[], object], procs: Iterable[int], m: Unio
             sched = auto_schedule(sdfg, P, inputs=boundary_pricing(placement), **sizes)
         else:
             sched = schedule(sdfg, P)
-        lower(sdfg, sched, placement=placement)
+        lower_sdfg(sdfg, as_schedule(sched), placement=placement)     # distsdfg.lower for a given schedule
         out.append(predict(sdfg, m, nprocs=P, **sizes))
     return out
 

@@ -11,11 +11,20 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["Box", "volume", "normalize", "intersect", "contains", "subtract", "dim_groups", "reshape_box"]
+__all__ = ["Box", "row_major_strides", "volume", "normalize", "intersect", "contains", "subtract", "dim_groups", "reshape_box"]
 
 
 #: ``(start, size)`` per dimension, in global coordinates.
 Box = Tuple[Tuple[int, ...], Tuple[int, ...]]
+
+
+def row_major_strides(shape: Sequence) -> Tuple:
+    """Element strides of a C-ordered (row-major) array of ``shape`` (ints or symbolic sizes)."""
+    out, acc = [], 1
+    for n in reversed(tuple(shape)):
+        out.insert(0, acc)
+        acc = acc * n
+    return tuple(out)
 
 
 def volume(b: Optional[Box]) -> int:

@@ -9,6 +9,7 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
+from .boxes import row_major_strides
 from .plan import ConcreteStep
 from .solver import ConcreteRedist
 
@@ -54,13 +55,7 @@ def _encode_redist(cs: ConcreteRedist, rank: int) -> List[int]:
 
 def _strides(cs: ConcreteStep) -> Tuple[int, ...]:
     """The global array's element strides (row-major unless the lowering recorded others)."""
-    if cs.global_strides:
-        return cs.global_strides
-    out, acc = [], 1
-    for n in reversed(cs.global_shape):
-        out.insert(0, acc)
-        acc *= n
-    return tuple(out)
+    return cs.global_strides or row_major_strides(cs.global_shape)
 
 
 def encode_step(cs, rank: int = 0) -> List[int]:

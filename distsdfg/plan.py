@@ -3,7 +3,8 @@
 ``Layout`` (where a distributed copy of an array lives), ``StepSpec`` (one communication step,
 symbolic in the sizes and rank coordinates), ``HomeSpec`` (an array's distributed copy across
 states), and their concrete forms (``RankBlock``, ``ConcreteStep``, ``HomeSolution``,
-``CommStep``); ``evaluate`` computes a symbolic size for concrete symbol values. The solver
+``CommStep``); ``evaluate`` computes a symbolic size for concrete symbol values, which
+``symbol_values`` and ``given_values`` build. The solver
 (``distsdfg.solver``) turns specs into concrete steps; ``distsdfg.encode`` writes them as the
 int64 table the generated code reads.
 """
@@ -11,15 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import sympy
 
+from dace.sdfg import SDFG
+
 from . import dace_compat as dc
+from .checks import check_sizes
 
 __all__ = ["Layout", "StepSpec", "RankBlock", "ConcreteStep", "CommStep", "HomeSpec", "HomeSolution", "evaluate",
-           "ROOT_HOME", "ALL_HOME"]
+           "symbol_values", "given_values", "ROOT_HOME", "ALL_HOME"]
 
 #: ``Layout.home`` of the program's own array: held whole by rank 0 only / by every rank.
 ROOT_HOME, ALL_HOME = "^", "*"
@@ -220,3 +224,39 @@ class HomeSolution:
         out = {s: int(n) for s, n in zip(self.spec.shape_syms, self.shapes[rank])}
         out.update({s: int(o) for s, o in zip(self.spec.origin_syms, self.owned[rank].origin)})
         return out
+
+
+def _constant(v):
+    """A program constant as a symbol value: an int where it is integral, else as it is."""
+    try:
+        return int(v) if np.isscalar(v) and float(v) == int(v) else v
+    except (TypeError, ValueError, OverflowError):
+        return v
+
+
+def symbol_values(sdfg: SDFG, arrays: Dict[str, Any], given: Dict[str, Any]) -> Dict[str, int]:
+    """Concrete values of the program's size symbols: the ``given`` ones, then those read off the
+    shapes of ``arrays`` (by name), then the program's constants. The one place symbol values are
+    built (calls, reports, layouts, the planner's graph)."""
+    values = {k: int(v) for k, v in given.items()}
+    for name, arr in arrays.items():
+        desc = sdfg.arrays.get(name)
+        if desc is None or not hasattr(arr, "shape"):
+            continue
+        for dim, n in zip(desc.shape, arr.shape):
+            e = sympy.sympify(dim)
+            fs = [s for s in e.free_symbols if str(s) not in values]
+            if len(fs) == 1:
+                sol = sympy.solve(sympy.Eq(e.subs({s: values[str(s)] for s in e.free_symbols if str(s) in values}), n),
+                                  fs[0])
+                if len(sol) == 1 and sympy.sympify(sol[0]).is_Integer:
+                    values[str(fs[0])] = int(sol[0])
+    for k, v in sdfg.constants.items():
+        values.setdefault(k, _constant(v))
+    return values
+
+
+def given_values(sdfg: SDFG, symbols, what: str = "comm_report") -> Dict[str, int]:
+    """Symbol values for a report or layout: the sizes passed to ``what`` (checked: names the
+    program has, positive integers), then the program's constants."""
+    return symbol_values(sdfg, {}, check_sizes(sdfg, symbols, what))

@@ -4,27 +4,27 @@
 size: the homes first (``solve_homes``: owner blocks grown to cover each array), then each step
 (``solve_step``: per-rank blocks and the partition/replicate sub-grids of thesis 5.1; grid-to-grid
 steps through ``redistribute.plan_redistribution``). ``comm_steps`` lists the MPI calls a solved
-step makes and their bytes. ``symbol_values`` / ``given_values`` build the size symbols' values
-a solve needs. Nothing here runs MPI or compiles: the report, the placement layouts, the
+step makes and their bytes. ``plan.symbol_values`` / ``plan.given_values`` build the size symbols'
+values a solve needs. Nothing here runs MPI or compiles: the report, the placement layouts, the
 predictor and the runtime all solve through this module.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import sympy
 from dace.sdfg import SDFG
 
 from . import errors
 from .boxes import intersect, reshape_box, subtract
 from .boxindex import any_overlap
-from .checks import check_sizes, require_sdfg
+from .checks import require_sdfg
 from .errors import DistributedLoweringError, ScheduleError
 from .plan import (ALL_HOME, F_ACC, F_MASK, F_MERGE, F_REPL, ROOT_HOME, CommStep, ConcreteStep, HomeSolution,
-                   HomeSpec, RankBlock, StepSpec, evaluate)
+                   HomeSpec, RankBlock, StepSpec, evaluate, given_values, symbol_values)
 from .redistribute import CommPlan, plan_redistribution
+from .tiling import block_span
 
 __all__ = ["solve_plan", "solve_homes", "solve_step", "solve_redist", "ConcreteRedist", "comm_steps", "lowered_of",
            "planned", "symbol_values", "given_values", "grid_coords"]
@@ -109,11 +109,10 @@ def _grow(boxes: List, gshape: Tuple[int, ...], nranks: int) -> List:
             out.append((tuple(st), tuple(e - s for s, e in zip(st, en))))
         if _cover(out, gshape):
             return out
-    rows = -(-gshape[0] // nranks)
     out = []
     for q in range(nranks):
-        a, e = min(q * rows, gshape[0]), min((q + 1) * rows, gshape[0])
-        out.append(((a,) + (0,) * (nd - 1), (e - a,) + tuple(gshape[1:])) if e > a else None)
+        a, n = block_span(gshape[0], nranks, q)
+        out.append(((a,) + (0,) * (nd - 1), (n,) + tuple(gshape[1:])) if n > 0 else None)
     return out
 
 
@@ -379,39 +378,3 @@ def solve_plan(low, values: Dict[str, int], nranks: int, rank: Optional[int] = N
                 f"library node reduces over the axis and needs even blocks: use sizes or a grid that divide evenly")
     homes = solve_homes(low.homes, values, nranks)
     return [solve_step(s, values, nranks, homes, rank) for s in low.steps]
-
-
-def _constant(v):
-    """A program constant as a symbol value: an int where it is integral, else as it is."""
-    try:
-        return int(v) if np.isscalar(v) and float(v) == int(v) else v
-    except (TypeError, ValueError, OverflowError):
-        return v
-
-
-def symbol_values(sdfg: SDFG, arrays: Dict[str, Any], given: Dict[str, Any]) -> Dict[str, int]:
-    """Concrete values of the program's size symbols: the ``given`` ones, then those read off the
-    shapes of ``arrays`` (by name), then the program's constants. The one place symbol values are
-    built (calls, reports, layouts)."""
-    values = {k: int(v) for k, v in given.items()}
-    for name, arr in arrays.items():
-        desc = sdfg.arrays.get(name)
-        if desc is None or not hasattr(arr, "shape"):
-            continue
-        for dim, n in zip(desc.shape, arr.shape):
-            e = sympy.sympify(dim)
-            fs = [s for s in e.free_symbols if str(s) not in values]
-            if len(fs) == 1:
-                sol = sympy.solve(sympy.Eq(e.subs({s: values[str(s)] for s in e.free_symbols if str(s) in values}), n),
-                                  fs[0])
-                if len(sol) == 1 and sympy.sympify(sol[0]).is_Integer:
-                    values[str(fs[0])] = int(sol[0])
-    for k, v in sdfg.constants.items():
-        values.setdefault(k, _constant(v))
-    return values
-
-
-def given_values(sdfg: SDFG, symbols, what: str = "comm_report") -> Dict[str, int]:
-    """Symbol values for a report or layout: the sizes passed to ``what`` (checked: names the
-    program has, positive integers), then the program's constants."""
-    return symbol_values(sdfg, {}, check_sizes(sdfg, symbols, what))

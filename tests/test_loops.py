@@ -39,7 +39,7 @@ def _per_rank(steps, pred=lambda s: True):
 
 # -- unit tier -------------------------------------------------------------------------------------
 def test_trip_counts_of_for_loops_and_early_exit():
-    from distsdfg.loops import loop_trips
+    from distsdfg.controlflow import loop_trips
     sd = get("jacobi2d").sdfg()
     dc.simplify(sd)
     trips = {st.label: t for st, t in loop_trips(sd).items()}

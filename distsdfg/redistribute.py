@@ -31,8 +31,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .plan import CommStep
 from .boxes import Box, contains, intersect, normalize, reshape_box, subtract, volume
+from .boxindex import BoxIndex, any_overlap
+from .errors import UnsupportedProgramError
+from .plan import CommStep
 
 __all__ = ["Box", "Message", "CommPlan", "plan_redistribution", "intersect", "subtract", "contains", "volume",
            "reshape_box"]   # the box algebra lives in distsdfg.boxes
@@ -170,7 +172,6 @@ def _groups_by_block(blocks: Sequence[Optional[Box]]) -> Dict[Box, List[int]]:
 
 def _clean(groups: Dict[Box, List[int]]) -> bool:
     """Distinct blocks are pairwise disjoint (ranks hold either the same block or unrelated ones)."""
-    from .boxindex import any_overlap
     return not any_overlap(list(groups))
 
 
@@ -185,7 +186,6 @@ def _partial_plan(array, src, dst, op, P, item, rank=None) -> CommPlan:
             used = [g for g in members if any(dst[q] is not None for q in g)]
             return CommPlan(collective="Reduce", groups=tuple(tuple(g) for g in used), **base)
         return CommPlan(collective="Reduce_scatter", groups=tuple(tuple(g) for g in members), **base)
-    from .boxindex import BoxIndex
     index = BoxIndex(src)          # the contributors to each rank's block, without trying all pairs
     if rank is None:
         pairs = [(q, p) for q, d in enumerate(dst) for p in index.hits(d)]
@@ -279,7 +279,6 @@ def _fetch(array, src, dst, strict: bool, rank: Optional[int] = None) -> List[Me
 
     ``rank``: only the messages it sends or receives: its own fetch, and the fetches of the ranks
     whose destination boxes meet its source block."""
-    from .boxindex import BoxIndex
     P = len(src)
     index = BoxIndex(src)
     receivers = range(P)
@@ -309,7 +308,6 @@ def _fetch(array, src, dst, strict: bool, rank: Optional[int] = None) -> List[Me
                 nxt.extend(subtract(b, piece))
             rest = nxt
         if rest and strict:
-            from .errors import UnsupportedProgramError
             raise UnsupportedProgramError(
                 f"`{array}`: rank {q} needs elements {rest[0]} that no rank holds after the previous kernel; "
                 f"schedule the producer so that it writes every element its consumers read")
@@ -321,7 +319,6 @@ def _fetch(array, src, dst, strict: bool, rank: Optional[int] = None) -> List[Me
 
 def _covered(index, dst) -> bool:
     """Every element of every destination box is held by some rank of the indexed source layout."""
-    from .boxindex import BoxIndex
     for need in BoxIndex(dst).distinct:
         rest = [need]
         for j in index.distinct_hits(need):
@@ -336,7 +333,6 @@ def _covered(index, dst) -> bool:
 def _moves(src, dst) -> bool:
     """Whether an in-place redistribution sends anything: some rank lacks part of its destination
     box that another rank holds (what ``_fetch`` would make a message of)."""
-    from .boxindex import BoxIndex
     index = BoxIndex(src)
     for q, need in enumerate(dst):
         rest = subtract(need, src[q]) if need is not None else []

@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Tuple, Union
 from dace.sdfg import SDFG
 
 from .checks import positive_int
+from .eingraph import build_graph
 from .errors import CommunicatorSizeError, SizeError
 from .plan import CommStep
 from .redistribute import CommPlan
@@ -163,7 +164,6 @@ def bytes_per_kernel(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> 
 def matmul_io_lower_bounds(sdfg: SDFG, nprocs: int, **sizes) -> List[Tuple[str, float]]:
     """Per matrix product (M x K times K x N, itemsize b): the memory-independent lower bound on
     the bytes one rank must move, ``b * (3 (MNK/P)^(2/3) - (MK + KN + MN) / P)`` (Ballard et al.)."""
-    from .eingraph import build_graph
     g = build_graph(sdfg, **sizes)
     out = []
     for v in g.vertices:

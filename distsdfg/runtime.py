@@ -14,10 +14,12 @@ from . import blas
 from . import dace_compat as dc
 from . import errors
 from . import toolchain
-from .errors import CommunicatorSizeError, DistributedLoweringError, InputError
-from .locks import file_lock
 from .encode import encode_plan
+from .errors import CommunicatorSizeError, DistributedLoweringError, InputError
+from .gpu import build_settings, gpu_available, require_cuda_aware_mpi
+from .locks import file_lock
 from .lowering import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS
+from .mpi.environment import INCLUDE_DIR
 from .placement import layout as _layout
 from .plan import ConcreteStep, evaluate
 from .root_args import RootArguments
@@ -263,13 +265,11 @@ class DistributedProgram:
     def _call(self, kwargs):
         t_call = time.perf_counter()
         if self.lowered.target == "gpu":
-            from .gpu import gpu_available
             if not gpu_available():     # DaCe's CUDA runtime would kill the process
                 raise DistributedLoweringError(
                     f"`{self.lowered.original_name}` was lowered for target='gpu' but rank {self.comm.rank} sees no "
                     f"CUDA GPU (no driver or no device); run it on GPU nodes or lower with target='cpu'")
             if self.lowered.comm == "device":
-                from .gpu import require_cuda_aware_mpi
                 require_cuda_aware_mpi(self.lowered.original_name)
         comm, rank, P = self.comm, self.comm.rank, self.comm.size
         arrays = {k: v for k, v in kwargs.items() if isinstance(v, np.ndarray) and k not in self.lowered.boundary}
@@ -338,7 +338,6 @@ def build_key(sdfg: SDFG, code_objects=None) -> str:
 
     import dace
 
-    from .mpi.environment import INCLUDE_DIR
     if code_objects is None:
         code_objects = dc.generate_code(sdfg)[1]
     h = hashlib.sha1(dace.__version__.encode())
@@ -398,7 +397,6 @@ def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
     t0 = time.time()
     with build_lock(sdfg.build_folder), dc.release_build():
         if getattr(getattr(sdfg, "_distsdfg", None), "target", "cpu") == "gpu":
-            from .gpu import build_settings
             with build_settings(sdfg.build_folder):
                 return _build(sdfg, verbose, rebuild, t0)
         return _build(sdfg, verbose, rebuild, t0)

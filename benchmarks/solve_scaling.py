@@ -32,11 +32,11 @@ def _timed(call):
 
 def solve_row(wname: str, preset: str, nprocs: int, schedule: str = "auto", report: bool = True) -> Dict[str, object]:
     import distsdfg
-    from distsdfg.plan import encode_plan
+    from distsdfg.encode import encode_plan
     from distsdfg.planner import data_parallel_schedule
     from distsdfg.eingraph import build_graph
     from distsdfg.report import _values, sent_once
-    from distsdfg.runtime import lowered_of, solve_plan
+    from distsdfg.solver import lowered_of, solve_plan
     w = get(wname)
     sizes = sizes_of(w, preset)
     symbols = w.symbols(sizes, w.inputs(sizes, np.random.default_rng(0)))

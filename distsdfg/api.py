@@ -6,15 +6,19 @@ from typing import Optional, Union
 
 from dace.sdfg import SDFG
 
+from . import dace_compat as dc
 from .checks import require_sdfg
 from .deferred import Deferred, DeferredProgram, defer
 from .errors import GridShapeError, InputError, OptionError, ScheduleError, SizeError, SymbolicSizeError
-from .kernels import MapInfo, maps
+from .kernels import MapInfo, find_kernels, maps
 from .lowering import lower_sdfg
+from .placement import boundary_pricing, placed_arrays
 from .planner import auto_schedule, explain, schedule_cost
 from .report import comm_plans, comm_report
-from .runtime import DistributedProgram, compile_distributed
+from .runtime import DistributedProgram, comm_of, compile_distributed
 from .schedule import Schedule, ScheduleLike, as_schedule
+from .solver import lowered_of
+from .tiling import rough_work
 
 __all__ = ["maps", "lower", "compile", "comm_report", "comm_plans", "schedule_by_label", "auto_schedule",
            "schedule_cost", "explain", "MapInfo", "Schedule"]
@@ -56,8 +60,6 @@ def schedule_by_label(sdfg: SDFG, grids: dict, *, fuzzy: bool = False) -> dict:
 def main_maps(sdfg: SDFG):
     """Per kernel its main map: a map kernel's map, a library node's map with the most iterations
     (kernels that depend on a loop variable, which cannot be split, left out)."""
-    from .kernels import find_kernels
-    from .tiling import rough_work
 
     def work(m):
         return len(m.info.params), rough_work(m.info.ranges)
@@ -93,7 +95,6 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
         raise OptionError("cuda_aware_mpi=True hands GPU buffers to MPI: it needs target='gpu'")
     comm = "device" if cuda_aware_mpi else "host"
     if isinstance(schedule, str):
-        from .placement import boundary_pricing, placed_arrays
         placed_arrays(sdfg, placement)          # a wrong placement is refused before planning
         if schedule != "auto":
             raise ScheduleError(f"schedule must be a Schedule, a dict or 'auto', got {schedule!r}")
@@ -127,17 +128,11 @@ def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=
     low = getattr(sdfg, "_distsdfg", None)
     if isinstance(low, Deferred):
         if placement is not None and placement != low.placement:
-            from . import dace_compat as dc
-            from .placement import placed_arrays
             sdfg = dc.from_json(low.source)      # the original, marked for another placement
             sdfg._distsdfg = dataclasses.replace(low, placement=placement, boundary={
                 a: "" for a in sorted(placed_arrays(sdfg, placement))}, _copies={})
-        from .runtime import _comm
-        return DeferredProgram(sdfg, _comm(comm), verbose, threads_per_rank)
+        return DeferredProgram(sdfg, comm_of(comm), verbose, threads_per_rank)
     if placement is not None:
-        from . import dace_compat as dc
-        from .placement import placed_arrays
-        from .runtime import lowered_of
         low = lowered_of(sdfg)
         original = dc.from_json(low.source)
         if placed_arrays(original, placement) != set(low.boundary):

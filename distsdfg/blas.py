@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from . import dace_compat as dc
+from .errors import DistributedLoweringError, UnsupportedProgramError
 
 __all__ = ["BlasInfo", "NoBlasWarning", "configure", "info", "find_mkl", "use_threads", "thread_env",
            "threads_per_rank", "check_program", "warn_if_reference"]
@@ -225,7 +226,6 @@ def _check_batched_names(sdfg) -> None:
     names = {str(s) for s in sdfg.free_symbols} | set(sdfg.symbols)
     clash = sorted(names & set(BATCHED_LOCALS))
     if clash:
-        from .errors import UnsupportedProgramError
         raise UnsupportedProgramError(
             f"`{sdfg.name}`: a batched matrix product ({batched[0].label}) in a program with a size symbol named "
             f"{', '.join(clash)}: DaCe's MKL expansion declares C++ locals A, B and C, which would hide the symbol. "
@@ -255,7 +255,6 @@ def threads_per_rank(k: Optional[int] = None) -> int:
     if k is None:
         k = int(os.environ.get(THREADS_ENV, "1") or 1)
     if int(k) < 1:
-        from .errors import DistributedLoweringError
         raise DistributedLoweringError(f"threads_per_rank must be at least 1, got {k}")
     return int(k)
 

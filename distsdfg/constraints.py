@@ -9,9 +9,10 @@ import sympy
 from dace import subsets, symbolic
 
 from . import dace_compat as dc
-from .exprs import same_value, simplified as _simplified
+from .exprs import same_value as _same, simplified as _simplified
 from .errors import AccumulationError, ScheduleError, UnsupportedProgramError
 from .kernels import AnalysedMap, Kernel
+from .memlets import dim_params as _dim_params
 from .tiling import rank_symbol, tile_subset
 
 __all__ = ["Box", "ArrayConstraint", "KernelPlan", "kernel_constraints", "box_str", "padded_axes"]
@@ -31,9 +32,6 @@ def _as_box(subset) -> Box:
     if isinstance(subset, subsets.Indices):
         subset = subsets.Range.from_indices(subset)
     return tuple((sympy.sympify(b), sympy.sympify(e)) for b, e, _ in subset.ranges)
-
-
-_same = same_value
 
 
 def _same_box(a: Box, b: Box) -> bool:
@@ -100,21 +98,6 @@ class KernelPlan:
         grid = [self.grid[a] if a is not None else 1 for a in axes]
         syms = [self.rank_syms[a] if a is not None else None for a in axes]
         return tile_subset(amap.info.ranges, grid, syms, clamp=clamp)
-
-
-def _dim_params(memlet: dace.Memlet, params: Sequence[str]) -> List[Optional[str]]:
-    """For each dimension of ``memlet``, the single map parameter indexing it as ``p + c``, else None."""
-    pset = {symbolic.pystr_to_symbolic(p) for p in params}
-    out = []
-    for b, e, _ in memlet.subset.ndrange():
-        b = sympy.sympify(b)
-        fs = b.free_symbols & pset
-        if _same(b, e) and len(fs) == 1:
-            p = next(iter(fs))
-            out.append(str(p) if not (sympy.expand(b - p).free_symbols & pset) else None)
-        else:
-            out.append(None)
-    return out
 
 
 def _exact(memlet: dace.Memlet, params: Sequence[str]) -> bool:

@@ -20,6 +20,8 @@ from dace.transformation.interstate import loop_detection as _loop_detection
 from dace.transformation.interstate import loop_to_map as _loop_to_map
 from dace.transformation.transformation import ExpandTransformation
 
+from .boxes import row_major_strides
+
 __all__ = [
     "simplify", "repair_init_accumulate_races", "propagate", "reduction_op", "force_pure_expansion",
     "standalone_expansion", "top_level_nodes", "all_states", "pystr", "sym", "int_ceil", "Min",
@@ -366,10 +368,7 @@ def reshape_views(sdfg: SDFG) -> Dict[str, str]:
     for name, desc in sdfg.arrays.items():
         if not isinstance(desc, dt.View):
             continue
-        default, acc = [], sympy.Integer(1)
-        for s in reversed(desc.shape):
-            default.insert(0, acc)
-            acc = acc * sympy.sympify(s)
+        default = row_major_strides([sympy.sympify(s) for s in desc.shape])
         strides = [sympy.sympify(x) for x in desc.strides]
         if any(sympy.simplify(a - b) != 0 for a, b in zip(strides, default)) or any(
                 sympy.sympify(o) != 0 for o in (desc.offset or [])):
@@ -682,6 +681,12 @@ def sequential_reduce() -> str:
 #: DaCe's loop detection and loop-to-map transformation (distsdfg.loopmaps subclasses them).
 DetectLoop = _loop_detection.DetectLoop
 LoopToMap = _loop_to_map.LoopToMap
+
+
+def find_for_loop(sdfg, guard, begin):
+    """DaCe's for-loop detection: ``(itervar, (start, end, step), (start_states, last_loop_state))`` of
+    the loop guarded by state ``guard`` whose body begins at ``begin``, or None."""
+    return _loop_detection.find_for_loop(sdfg, guard, begin)
 
 
 def pattern_matches(sdfg: SDFG, transformation) -> list:

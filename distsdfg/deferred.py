@@ -25,8 +25,12 @@ from dace.sdfg import SDFG
 from . import dace_compat as dc
 from . import errors
 from .errors import DistributedLoweringError, InputError, SymbolicSizeError
+from .lowering import lower_sdfg
+from .placement import boundary_pricing, placed_arrays
+from .planner import auto_schedule
 from .runtime import DistributedProgram, compile_distributed, idle_bcast
 from .schedule import Schedule
+from .solver import planned
 
 __all__ = ["Deferred", "DeferredProgram", "defer", "planned"]
 
@@ -71,14 +75,11 @@ class Deferred:
 
     def plan(self, sizes: Dict[str, int]) -> Schedule:
         """The planner's schedule for these sizes (what ``lower(sdfg, "auto")`` would have chosen)."""
-        from .placement import boundary_pricing
-        from .planner import auto_schedule
         options = {"inputs": boundary_pricing(self.placement), **self.plan_options, **sizes}
         return auto_schedule(dc.from_json(self.source), self.nprocs, **options)
 
     def lower(self, schedule: Schedule) -> SDFG:
         """A fresh copy of the original SDFG lowered with ``schedule``."""
-        from .lowering import lower_sdfg
         return lower_sdfg(dc.from_json(self.source), schedule, target=self.target, placement=self.placement,
                           comm=self.comm, optimize=self.optimize, nprocs=self.nprocs)
 
@@ -97,7 +98,6 @@ class Deferred:
 def defer(sdfg: SDFG, nprocs: int, missing: str, *, target: str = "cpu", comm: str = "host", placement=None,
           plan_options: Optional[dict] = None, optimize: Optional[bool] = None) -> SDFG:
     """Mark ``sdfg`` to be planned at its first call (``lower`` does this when sizes are missing)."""
-    from .placement import placed_arrays
     if getattr(sdfg, "_distsdfg", None) is not None:
         raise DistributedLoweringError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
                                        f"(prog.to_sdfg()) for another schedule")
@@ -106,13 +106,6 @@ def defer(sdfg: SDFG, nprocs: int, missing: str, *, target: str = "cpu", comm: s
     sdfg._distsdfg = Deferred(nprocs, sdfg.name, dc.to_json(sdfg), sizes, missing, target, comm, placement,
                               dict(plan_options or {}), {a: "" for a in sorted(placed)}, optimize)
     return sdfg
-
-
-def planned(sdfg: SDFG, values: Dict[str, int], what: str) -> SDFG:
-    """``sdfg`` when it is lowered; for a program planned at its first call, a copy planned and
-    lowered for ``values`` (``what`` names the caller in the refusal when a size is missing)."""
-    low = getattr(sdfg, "_distsdfg", None)
-    return low.copy_for(values, what) if isinstance(low, Deferred) else sdfg
 
 
 def _env_verbose() -> bool:

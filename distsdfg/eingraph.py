@@ -15,10 +15,12 @@ import numpy as np
 from dace.sdfg import SDFG
 
 from . import dace_compat as dc
-from .constraints import _dim_params, unreduced_params
+from .constraints import unreduced_params
 from .errors import SymbolicSizeError
 from .kernels import find_kernels
-from .plan import evaluate
+from .memlets import dim_params
+from .controlflow import loop_trips
+from .plan import evaluate, given_values
 from .tiling import iterations, rough_work
 
 __all__ = ["Operand", "Vertex", "Edge", "EinGraph", "build_graph"]
@@ -108,13 +110,6 @@ class EinGraph:
         return all(len({e.dst for e in self.consumers(v.index)}) <= 1 for v in self.vertices)
 
 
-def _values(sdfg: SDFG, sizes: Dict[str, int]) -> Dict[str, int]:
-    from .checks import check_sizes
-    vals = {k: int(v) for k, v in sdfg.constants.items() if np.isscalar(v) and float(v) == int(v)}
-    vals.update({k: int(v) for k, v in check_sizes(sdfg, sizes, "planning").items()})
-    return vals
-
-
 def _concrete(expr, values, what: str) -> int:
     try:
         return int(evaluate(str(expr), values))
@@ -135,7 +130,6 @@ def _trips(sdfg: SDFG, values: Dict[str, int]) -> Dict[object, int]:
     _, linear = dc.program_segments(sdfg)
     if linear:
         return {}
-    from .loops import loop_trips
     out = {}
     for st, (expr, _) in loop_trips(sdfg).items():
         try:
@@ -150,7 +144,7 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
 
     Kernels inside loops carry their trip count (``Vertex.repeats``; a loop bound passed in
     ``sizes`` counts, else ``LOOP_GUESS``), so that the planner weighs their communication by it."""
-    values = _values(sdfg, sizes)
+    values = given_values(sdfg, sizes, "planning")
     trips = _trips(sdfg, values)
     views = dc.reshape_views(sdfg)
     root = lambda a: views.get(a, a)  # noqa: E731
@@ -184,7 +178,7 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
             item = int(np.dtype(desc.dtype.as_numpy_dtype()).itemsize)
             for memlets, sink in ((a.reads, ins), (a.writes, outs)):
                 if memlets:
-                    labels = tuple(_dim_params(memlets[0], params))
+                    labels = tuple(dim_params(memlets[0], params))
                     sink.append(Operand(arr, labels, shape, item))
             if any(w.wcr is not None for w in a.writes):
                 partial = True

@@ -40,6 +40,8 @@ from dace.transformation import pass_pipeline as ppl
 
 from . import dace_compat as dc
 from .errors import DistributedLoweringError, UnsupportedProgramError
+from .mpi import DistributedMemlet
+from .mpi.distributed_memlet import BUFFERS
 
 __all__ = ["OffloadKernels", "DeviceBufferComm", "emulate_on_host", "build_settings", "gpu_available", "nvcc_path", "cuda_arch",
            "has_cublas", "mpi_cuda_support", "require_cuda_aware_mpi", "COMPAT_HEADER"]
@@ -214,7 +216,6 @@ class DeviceBufferComm(ppl.Pass):
 
     def __init__(self, buffers: str = "device"):
         super().__init__()
-        from .mpi.distributed_memlet import BUFFERS
         if buffers not in BUFFERS:
             raise DistributedLoweringError(f"buffers must be one of {sorted(BUFFERS)}, got {buffers!r}")
         self.buffers = buffers
@@ -226,7 +227,6 @@ class DeviceBufferComm(ppl.Pass):
         return False
 
     def apply_pass(self, sdfg: SDFG, _) -> int:
-        from .mpi import DistributedMemlet
         count = 0
         for state in sdfg.states():
             for n in state.nodes():
@@ -257,7 +257,6 @@ class OffloadKernels(ppl.Pass):
         return False
 
     def apply_pass(self, sdfg: SDFG, _) -> int:
-        from .mpi import DistributedMemlet
         on_gpu = {}
         count = 0
         for state in sdfg.states():
@@ -381,7 +380,6 @@ def emulate_on_host(sdfg: SDFG) -> SDFG:
     without its wait for the GPU), steps on device buffers (``cuda_aware_mpi=True``) the device code
     path on host memory (``EmulatedDeviceMem``). Returns ``sdfg``, renamed (``..._emu``) and marked
     for the CPU."""
-    from .mpi import DistributedMemlet
     low = getattr(sdfg, "_distsdfg", None)
     if low is None or low.target != "gpu":
         raise DistributedLoweringError(f"emulate_on_host: `{sdfg.name}` is not lowered for target='gpu'")

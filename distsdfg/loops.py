@@ -35,60 +35,10 @@ from . import dace_compat as dc
 from .constraints import ArrayConstraint, KernelPlan
 from .errors import DistributedLoweringError
 from .lowering import ArrayState, Holding, _Rewriter
+from .controlflow import loop_trips
 from .plan import ALL_HOME, ROOT_HOME, HomeSpec, Layout, StepSpec
-from .tiling import iterations
 
 __all__ = ["MachineRewriter", "loop_trips"]
-
-
-def loop_trips(sdfg: SDFG) -> Dict[SDFGState, Tuple[str, bool]]:
-    """How often each state runs per call: ``(count expression, at_most)`` (``"1"`` outside loops).
-
-    Loops are the natural loops of the state machine's back edges; a for-loop's count comes from
-    DaCe's loop detection, a loop it cannot read gets ``"?"``. ``at_most``: the loop can be left
-    early (a ``break``), so the count is a bound.
-    """
-    from dace.transformation.interstate.loop_detection import find_for_loop
-    start = sdfg.start_state
-    order, on_stack, back = set(), set(), []
-
-    def dfs(u):
-        order.add(u)
-        on_stack.add(u)
-        for e in sdfg.out_edges(u):
-            if e.dst in on_stack:
-                back.append((u, e.dst))
-            elif e.dst not in order:
-                dfs(e.dst)
-        on_stack.discard(u)
-
-    dfs(start)
-    factor: Dict[SDFGState, sympy.Expr] = {}
-    bounded: Set[SDFGState] = set()
-    for latch, head in back:
-        body, todo = {head, latch}, [latch]
-        while todo:
-            u = todo.pop()
-            for e in sdfg.in_edges(u):
-                if e.src not in body:
-                    body.add(e.src)
-                    todo.append(e.src)
-        count: sympy.Expr = sympy.Symbol("?")
-        entries = [e.dst for e in sdfg.out_edges(head) if e.dst in body]
-        if len(entries) == 1:
-            try:
-                found = find_for_loop(sdfg, head, entries[0])
-            except Exception:       # DaCe's detection raises on shapes it does not expect
-                found = None
-            if found is not None:
-                _, (lo, hi, st), _ = found
-                count = iterations((lo, hi, st))
-        early = any(e.dst not in body for u in body - {head} for e in sdfg.out_edges(u))
-        for u in body:
-            factor[u] = factor.get(u, sympy.Integer(1)) * count
-            if early:
-                bounded.add(u)
-    return {u: (str(f) if "?" not in str(f) else "?", u in bounded) for u, f in factor.items()}
 
 
 def _work(kp: KernelPlan) -> int:

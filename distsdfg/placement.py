@@ -20,8 +20,11 @@ import sympy
 from dace import data as dt
 from dace.sdfg import SDFG
 
+from . import dace_compat as dc
 from .checks import positive_int
 from .errors import PlacementError
+from .plan import evaluate
+from .solver import given_values, lowered_of, planned, solve_homes, symbol_values
 
 __all__ = ["PLACEMENTS", "placed_arrays", "boundary_pricing", "global_sizes", "ArrayLayout", "layout"]
 
@@ -86,8 +89,6 @@ def boundary_pricing(placement: PlacementLike) -> str:
 
 def global_sizes(program, inputs: Mapping[str, object], given: Mapping[str, int] = {}) -> Dict[str, int]:
     """Size symbols of a compiled program read off global arrays (blocks do not tell them)."""
-    from . import dace_compat as dc
-    from .runtime import symbol_values
     original = dc.from_json(program.lowered.source)
     arrays = {k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}
     return {k: v for k, v in symbol_values(original, arrays, dict(given)).items() if k in original.symbols}
@@ -232,15 +233,11 @@ def layout(sdfg, array: str, *, nprocs: Optional[int] = None, **sizes) -> ArrayL
     the MPI world's size when MPI is running, else the schedule's); ``sizes``: the values of
     the size symbols (``N=4096``).
     """
-    from .deferred import planned
-    from .plan import evaluate, solve_homes
-    from .report import _values
-    from .runtime import DistributedProgram, lowered_of
-    if isinstance(sdfg, DistributedProgram):
+    if hasattr(sdfg, "lowered") and hasattr(sdfg, "comm"):    # a compiled program (runtime.DistributedProgram)
         nprocs = nprocs or sdfg.comm.size
         # A program planned at its first call: the one for these sizes (collective when new).
         sdfg = sdfg.program_for(**sizes).sdfg if hasattr(sdfg, "program_for") else sdfg.sdfg
-    values = _values(sdfg, sizes, "layout")
+    values = given_values(sdfg, sizes, "layout")
     sdfg = planned(sdfg, values, "layout")      # planned at the first call: a copy planned for these sizes
     low = lowered_of(sdfg)
     P = positive_int(nprocs, "layout(nprocs=...)") if nprocs is not None else _default_nprocs(low)

@@ -33,7 +33,15 @@ import math
 import os
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 
+from . import dace_compat as dc
+from .eingraph import build_graph
 from .errors import OptionError
+from .placement import boundary_pricing
+from .lowering import lower_sdfg
+from .planner import auto_schedule
+from .report import comm_report
+from .schedule import as_schedule
+from .solver import lowered_of
 
 __all__ = ["Machine", "PRESETS", "Prediction", "machine", "predict", "predict_curve", "format_curve"]
 
@@ -158,9 +166,6 @@ def kernel_seconds(graph, grids: Dict[str, Sequence[int]], m: Machine) -> List[t
 
 def predict(sdfg, m: Union[str, Machine, None] = None, *, nprocs: Optional[int] = None, **sizes) -> Prediction:
     """Predicted time of one call of the lowered ``sdfg`` on ``nprocs`` ranks (default: its plan's)."""
-    from .eingraph import build_graph
-    from .report import comm_report
-    from .runtime import lowered_of
     m = machine(m)
     low = lowered_of(sdfg)
     P = nprocs or low.nprocs
@@ -173,7 +178,6 @@ def predict(sdfg, m: Union[str, Machine, None] = None, *, nprocs: Optional[int] 
 
 def _source_sdfg(low):
     """The SDFG the program was lowered from (its kernels and sizes before rank tiling)."""
-    from . import dace_compat as dc
     return dc.from_json(low.source)
 
 
@@ -182,16 +186,14 @@ def predict_curve(make_sdfg: Callable[[], object], procs: Iterable[int], m: Unio
                   **sizes) -> List[Prediction]:
     """Lower a fresh ``make_sdfg()`` for every rank count in ``procs`` (``schedule="auto"``: the
     planner's schedule; or a function ``(sdfg, P) -> schedule``) and predict each."""
-    import distsdfg
     out = []
     for P in procs:
         sdfg = make_sdfg()
         if schedule == "auto":
-            from .placement import boundary_pricing
-            sched = distsdfg.auto_schedule(sdfg, P, inputs=boundary_pricing(placement), **sizes)
+            sched = auto_schedule(sdfg, P, inputs=boundary_pricing(placement), **sizes)
         else:
             sched = schedule(sdfg, P)
-        distsdfg.lower(sdfg, sched, placement=placement)
+        lower_sdfg(sdfg, as_schedule(sched), placement=placement)     # distsdfg.lower for a given schedule
         out.append(predict(sdfg, m, nprocs=P, **sizes))
     return out
 

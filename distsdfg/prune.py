@@ -4,7 +4,7 @@ With five loop labels and P = 1024 a kernel has about a thousand viable vectors,
 every pair of two neighbours' vectors (each pair: every rank's block) does not finish.
 ``multilevel`` plans for P/4 ranks first (recursively, down to a size the exact search takes
 whole), keeps per kernel only the vectors that refine that plan (plus, up to ``NEAR_RANKS``,
-those one factor away, and the baselines'), searches that problem with ``planner._dp``, and
+those one factor away, and the baselines'), searches that problem with ``searchers.dp``, and
 then improves the result by local moves with every edge priced (``moves``).
 """
 from __future__ import annotations
@@ -14,8 +14,7 @@ from typing import List, Tuple
 
 from .costmodel import CostModel
 from .eingraph import EinGraph
-from .planner import (Plan, _dp, _factors, _Problem, data_parallel_schedule, graph_cost, search,
-                      sqrt_schedule)
+from .searchers import Plan, Problem, data_parallel_schedule, dp, factors, graph_cost, sqrt_schedule
 from .schedule import Schedule
 
 __all__ = ["multilevel", "moves", "NEAR_RANKS"]
@@ -26,19 +25,19 @@ NEAR_RANKS = 64
 
 def _coarser(nprocs: int) -> int:
     """The rank count a multilevel search plans for first: the largest divisor at most P/4."""
-    return max(k for k in _factors(nprocs) if 4 * k <= nprocs)
+    return max(k for k in factors(nprocs) if 4 * k <= nprocs)
 
 
-def multilevel(g: EinGraph, nprocs: int, model: CostModel, cands: List[List[Tuple[int, ...]]]) -> Plan:
+def multilevel(g: EinGraph, nprocs: int, model: CostModel, cands: List[List[Tuple[int, ...]]], search) -> Plan:
     """Plan for P/4 ranks (recursively), then keep per vertex only the vectors that refine the
     coarse one (every label's split a multiple of it), up to ``NEAR_RANKS`` ranks also those one
     factor away from a refinement, and the baselines' vectors; search that pruned problem with
-    ``planner._dp`` (exact over the kept vectors where ``_dp`` is exact), then move factors
+    ``searchers.dp`` (exact over the kept vectors where ``dp`` is exact), then move factors
     between labels while that lowers the total.
 
     A heuristic: grids that refine no good grid for fewer ranks are not priced at all. Under the
     model the result is never worse than the data-parallel and SQRT baselines (they stay
-    candidates and seed ``_dp``); measured against the unpruned search in docs/benchmarks.md."""
+    candidates and seed ``dp``); measured against the unpruned search in docs/benchmarks.md."""
     coarse = search(g, _coarser(nprocs), model, "dp")
     seeds = [data_parallel_schedule(g, nprocs).as_dict(), sqrt_schedule(g, nprocs).as_dict()]
     kept = []
@@ -52,9 +51,9 @@ def multilevel(g: EinGraph, nprocs: int, model: CostModel, cands: List[List[Tupl
             if d in cs and d not in keep:
                 keep.append(d)
         kept.append(keep or cs)
-    pb = _Problem(g, model, kept)
+    pb = Problem(g, model, kept)
     pb.seeds = [pb.index_of(Schedule.of(sd)) for sd in seeds]
-    idx = _dp(pb)
+    idx = dp(pb)
     splits = moves(g, model, cands, [kept[v][a] for v, a in enumerate(idx)], sweeps=4 if nprocs <= 256 else 2)
     return Plan(tuple(splits), graph_cost(g, splits, model))
 

@@ -4,7 +4,7 @@ A layout is one box per rank (``None`` for a rank that holds or needs nothing), 
 source, an optional reduction operator: a *partial* source holds per-rank contributions whose
 combination by the operator is the array's value (thesis 4.4, partial sums of a split
 reduction axis). ``plan_redistribution`` picks the cheapest correct collective for a pair of
-layouts and returns a :class:`CommPlan` that both the C++ runtime (through ``plan.encode_step``)
+layouts and returns a :class:`CommPlan` that both the C++ runtime (through ``encode.encode_step``)
 and ``comm_report`` read:
 
 ======================  =========================================================================
@@ -29,64 +29,15 @@ collective              when
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["Box", "Message", "CommPlan", "plan_redistribution", "intersect", "subtract", "contains", "volume"]
+from .boxes import Box, contains, intersect, normalize, reshape_box, subtract, volume
+from .boxindex import BoxIndex, any_overlap
+from .errors import UnsupportedProgramError
+from .plan import CommStep
 
-#: ``(start, size)`` per dimension, in global coordinates.
-Box = Tuple[Tuple[int, ...], Tuple[int, ...]]
-
-
-def volume(b: Optional[Box]) -> int:
-    if b is None:
-        return 0
-    n = 1
-    for s in b[1]:
-        n *= max(s, 0)
-    return n
-
-
-def _norm(b: Optional[Box]) -> Optional[Box]:
-    if b is None or volume(b) <= 0:
-        return None
-    return tuple(int(x) for x in b[0]), tuple(int(x) for x in b[1])
-
-
-def intersect(a: Optional[Box], b: Optional[Box]) -> Optional[Box]:
-    if a is None or b is None:
-        return None
-    st = tuple(max(x, y) for x, y in zip(a[0], b[0]))
-    en = tuple(min(x + n, y + m) for x, n, y, m in zip(a[0], a[1], b[0], b[1]))
-    return _norm((st, tuple(e - s for s, e in zip(st, en))))
-
-
-def contains(outer: Optional[Box], inner: Optional[Box]) -> bool:
-    if inner is None:
-        return True
-    if outer is None:
-        return False
-    return all(o <= i and i + m <= o + n for o, n, i, m in zip(outer[0], outer[1], inner[0], inner[1]))
-
-
-def subtract(a: Optional[Box], b: Optional[Box]) -> List[Box]:
-    """``a`` minus ``b`` as disjoint boxes (at most two per dimension)."""
-    if a is None:
-        return []
-    cut = intersect(a, b)
-    if cut is None:
-        return [a]
-    out: List[Box] = []
-    start, size = list(a[0]), list(a[1])
-    for d in range(len(start)):
-        lo, hi = start[d], start[d] + size[d]
-        clo, chi = cut[0][d], cut[0][d] + cut[1][d]
-        if clo > lo:
-            out.append((tuple(start[:d] + [lo] + start[d + 1:]), tuple(size[:d] + [clo - lo] + size[d + 1:])))
-        if chi < hi:
-            out.append((tuple(start[:d] + [chi] + start[d + 1:]), tuple(size[:d] + [hi - chi] + size[d + 1:])))
-        start[d], size[d] = clo, chi - clo
-    return out
+__all__ = ["Box", "Message", "CommPlan", "plan_redistribution", "intersect", "subtract", "contains", "volume",
+           "reshape_box"]   # the box algebra lives in distsdfg.boxes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +122,6 @@ class CommPlan:
 
     def comm_steps(self):
         """The MPI calls as CommSteps (none for a local copy)."""
-        from .plan import CommStep
         if self.collective == "local":
             return []
         sent, recv = self.traffic()
@@ -222,7 +172,6 @@ def _groups_by_block(blocks: Sequence[Optional[Box]]) -> Dict[Box, List[int]]:
 
 def _clean(groups: Dict[Box, List[int]]) -> bool:
     """Distinct blocks are pairwise disjoint (ranks hold either the same block or unrelated ones)."""
-    from .boxindex import any_overlap
     return not any_overlap(list(groups))
 
 
@@ -237,7 +186,6 @@ def _partial_plan(array, src, dst, op, P, item, rank=None) -> CommPlan:
             used = [g for g in members if any(dst[q] is not None for q in g)]
             return CommPlan(collective="Reduce", groups=tuple(tuple(g) for g in used), **base)
         return CommPlan(collective="Reduce_scatter", groups=tuple(tuple(g) for g in members), **base)
-    from .boxindex import BoxIndex
     index = BoxIndex(src)          # the contributors to each rank's block, without trying all pairs
     if rank is None:
         pairs = [(q, p) for q, d in enumerate(dst) for p in index.hits(d)]
@@ -296,8 +244,8 @@ def plan_redistribution(array: str, src: Sequence[Optional[Box]], dst: Sequence[
     (in the same order as in the whole plan), found from the blocks that meet its own; the
     collective, groups and pieces are the whole plan's. Such a plan drives the runtime on that
     rank but cannot price the others' traffic."""
-    src = [_norm(b) for b in src]
-    dst = [_norm(b) for b in dst]
+    src = [normalize(b) for b in src]
+    dst = [normalize(b) for b in dst]
     P = len(src)
     if len(dst) != P:
         raise ValueError("source and destination layouts must cover the same ranks")
@@ -331,7 +279,6 @@ def _fetch(array, src, dst, strict: bool, rank: Optional[int] = None) -> List[Me
 
     ``rank``: only the messages it sends or receives: its own fetch, and the fetches of the ranks
     whose destination boxes meet its source block."""
-    from .boxindex import BoxIndex
     P = len(src)
     index = BoxIndex(src)
     receivers = range(P)
@@ -361,7 +308,6 @@ def _fetch(array, src, dst, strict: bool, rank: Optional[int] = None) -> List[Me
                 nxt.extend(subtract(b, piece))
             rest = nxt
         if rest and strict:
-            from .errors import UnsupportedProgramError
             raise UnsupportedProgramError(
                 f"`{array}`: rank {q} needs elements {rest[0]} that no rank holds after the previous kernel; "
                 f"schedule the producer so that it writes every element its consumers read")
@@ -373,7 +319,6 @@ def _fetch(array, src, dst, strict: bool, rank: Optional[int] = None) -> List[Me
 
 def _covered(index, dst) -> bool:
     """Every element of every destination box is held by some rank of the indexed source layout."""
-    from .boxindex import BoxIndex
     for need in BoxIndex(dst).distinct:
         rest = [need]
         for j in index.distinct_hits(need):
@@ -388,7 +333,6 @@ def _covered(index, dst) -> bool:
 def _moves(src, dst) -> bool:
     """Whether an in-place redistribution sends anything: some rank lacks part of its destination
     box that another rank holds (what ``_fetch`` would make a message of)."""
-    from .boxindex import BoxIndex
     index = BoxIndex(src)
     for q, need in enumerate(dst):
         rest = subtract(need, src[q]) if need is not None else []
@@ -401,65 +345,3 @@ def _moves(src, dst) -> bool:
 def _covers_all(groups, dst) -> bool:
     inside = {q for g in groups for q in g}
     return all(d is None or q in inside for q, d in enumerate(dst))
-
-
-def _dim_groups(vshape: Sequence[int], tshape: Sequence[int]) -> Optional[List[Tuple[List[int], List[int]]]]:
-    """Consecutive dimensions of two shapes with equal products (row-major reshape groups)."""
-    groups, i, j = [], 0, 0
-    while i < len(vshape) or j < len(tshape):
-        gv, gt, pv, pt = [], [], 1, 1
-        while True:
-            if pv <= pt and i < len(vshape) and (pv < pt or not gv or vshape[i] == 1):
-                gv.append(i); pv *= vshape[i]; i += 1
-            elif j < len(tshape) and (pt < pv or not gt or tshape[j] == 1):
-                gt.append(j); pt *= tshape[j]; j += 1
-            else:
-                break
-            if pv == pt and (i == len(vshape) or vshape[i] != 1) and (j == len(tshape) or tshape[j] != 1):
-                break
-        if pv != pt:
-            return None
-        groups.append((gv, gt))
-    return groups
-
-
-def reshape_box(box: Optional[Box], vshape: Sequence[int], tshape: Sequence[int]) -> Optional[Box]:
-    """A box of a row-major array of shape ``vshape`` seen as one of shape ``tshape`` (a reshape).
-
-    Raises ValueError when the elements do not form a box in the new shape (a block that
-    crosses a boundary of a merged dimension). Remembered: a solve asks for the same blocks of a
-    view in every step that uses its layout.
-    """
-    if box is None:
-        return None
-    return _reshape_box(tuple(tuple(int(x) for x in part) for part in box), tuple(int(n) for n in vshape),
-                        tuple(int(n) for n in tshape))
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _reshape_box(box: Box, vshape: Tuple[int, ...], tshape: Tuple[int, ...]) -> Box:
-    import numpy as np
-    groups = _dim_groups(list(vshape), list(tshape))
-    if groups is None:
-        raise ValueError(f"shapes {tuple(vshape)} and {tuple(tshape)} are not reshapes of each other")
-    start, size = [0] * len(tshape), [1] * len(tshape)
-    for gv, gt in groups:
-        if not gt:
-            continue
-        vs = [vshape[d] for d in gv]
-        ts = [tshape[d] for d in gt]
-        if not gv:
-            continue
-        axes = [np.arange(box[0][d], box[0][d] + box[1][d]) for d in gv]
-        flat = np.ravel_multi_index(np.meshgrid(*axes, indexing="ij"), vs).ravel()
-        coords = np.unravel_index(flat, ts)
-        lo = [int(c.min()) for c in coords]
-        hi = [int(c.max()) for c in coords]
-        vol = 1
-        for a, b in zip(lo, hi):
-            vol *= b - a + 1
-        if vol != flat.size:
-            raise ValueError(f"block {box} of shape {tuple(vshape)} is not a block of shape {tuple(tshape)}")
-        for k, d in enumerate(gt):
-            start[d], size[d] = lo[k], hi[k] - lo[k] + 1
-    return tuple(start), tuple(size)

@@ -3,18 +3,16 @@ ranks, summed over the ranks: ``CommSummary``)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 from dace.sdfg import SDFG
 
-from .checks import check_sizes, positive_int
-from .deferred import planned
+from .checks import positive_int
+from .eingraph import build_graph
 from .errors import CommunicatorSizeError, SizeError
-from .plan import CommStep, comm_steps
-from .runtime import lowered_of, solve_plan
-
-if TYPE_CHECKING:
-    from .redistribute import CommPlan
+from .plan import CommStep
+from .redistribute import CommPlan
+from .solver import ConcreteRedist, comm_steps, given_values, lowered_of, planned, solve_plan
 
 __all__ = ["comm_report", "comm_plans", "format_report", "bytes_per_kernel", "matmul_io_lower_bounds", "CommSummary",
            "SUMMARY_ABOVE"]
@@ -57,7 +55,6 @@ class CommSummary:
 
 
 def _pairs(cs, step: CommStep) -> int:
-    from .plan import ConcreteRedist
     if isinstance(cs, ConcreteRedist):
         plan = cs.plan
         if plan.collective in ("Alltoallw", "Alltoallv", "Isend/Irecv"):
@@ -77,13 +74,6 @@ def _summary(cs, step: CommStep) -> CommSummary:
                        step.repeats, step.at_most)
 
 
-def _values(sdfg: SDFG, symbols, what: str = "comm_report") -> Dict[str, int]:
-    """The SDFG's integer constants, overridden by the given symbol values."""
-    values = {k: int(v) for k, v in sdfg.constants.items() if isinstance(v, (int,)) or hasattr(v, "__int__")}
-    values.update({k: int(v) for k, v in check_sizes(sdfg, symbols, what).items()})
-    return values
-
-
 def _ranks(low, nprocs, what: str) -> int:
     """The rank count to report for: at least the schedule's (a run on fewer ranks is refused)."""
     if nprocs is None:
@@ -98,7 +88,7 @@ def _ranks(low, nprocs, what: str) -> int:
 def _solved(sdfg: SDFG, nprocs, symbols, what: str):
     """(lowering, values, solved steps) with a missing size named instead of a KeyError; a program
     planned at its first call is planned for these sizes."""
-    values = _values(sdfg, symbols, what)
+    values = given_values(sdfg, symbols, what)
     low = lowered_of(planned(sdfg, values, what))
     P = 1 if getattr(low, "rank0_only", False) else _ranks(low, nprocs, what)   # runs on rank 0 alone
     try:
@@ -130,10 +120,9 @@ def comm_report(sdfg: SDFG, *, nprocs: Optional[int] = None, summary: Optional[b
     return out
 
 
-def comm_plans(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List["CommPlan"]:
+def comm_plans(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List[CommPlan]:
     """The CommPlan of every kernel boundary where data moves from one distributed layout to
     another (grid-to-grid), in program order, for concrete sizes."""
-    from .plan import ConcreteRedist
     _, _, solved = _solved(sdfg, nprocs, symbols, "comm_plans")
     return [cs.plan for cs in solved if isinstance(cs, ConcreteRedist)]
 
@@ -175,7 +164,6 @@ def bytes_per_kernel(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> 
 def matmul_io_lower_bounds(sdfg: SDFG, nprocs: int, **sizes) -> List[Tuple[str, float]]:
     """Per matrix product (M x K times K x N, itemsize b): the memory-independent lower bound on
     the bytes one rank must move, ``b * (3 (MNK/P)^(2/3) - (MK + KN + MN) / P)`` (Ballard et al.)."""
-    from .eingraph import build_graph
     g = build_graph(sdfg, **sizes)
     out = []
     for v in g.vertices:

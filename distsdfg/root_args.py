@@ -18,6 +18,7 @@ from dace import data as dt
 from dace.sdfg import SDFG
 
 from .lowering import PLAN_ARRAY, Lowered
+from .mpi import DistributedMemlet
 from .plan import ALL_HOME, StepSpec, evaluate
 
 __all__ = ["RootArguments", "rank0_only_arrays"]
@@ -30,7 +31,6 @@ def _every_rank(step: StepSpec) -> bool:
 
 def rank0_only_arrays(sdfg: SDFG, low: Lowered) -> FrozenSet[str]:
     """The argument arrays at rank 0 (return values included) that no code dereferences on other ranks."""
-    from .mpi import DistributedMemlet
     args = {n for n, d in sdfg.arrays.items()
             if isinstance(d, dt.Array) and not d.transient and n != PLAN_ARRAY and n not in low.boundary}
     touched = set()

@@ -14,15 +14,23 @@ from . import blas
 from . import dace_compat as dc
 from . import errors
 from . import toolchain
+from .encode import encode_plan
 from .errors import CommunicatorSizeError, DistributedLoweringError, InputError
+from .gpu import build_settings, gpu_available, require_cuda_aware_mpi
 from .locks import file_lock
-from .lowering import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS, Lowered
-from .plan import ConcreteStep, encode_plan, evaluate, solve_homes, solve_step
+from .lowering import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS
+from .mpi.environment import INCLUDE_DIR
+from .placement import layout as _layout
+from .plan import ConcreteStep, evaluate
+from .root_args import RootArguments
+from .solver import lowered_of, solve_homes, solve_plan, symbol_values
 
-__all__ = ["DistributedProgram", "compile_distributed", "solve_plan", "symbol_values", "idle_bcast"]
+__all__ = ["DistributedProgram", "compile_distributed", "idle_bcast", "comm_of",
+           "lowered_of", "solve_plan", "symbol_values"]   # the last three: distsdfg.solver
 
 
-def _comm(comm=None):
+def comm_of(comm=None):
+    """``comm``, or ``MPI.COMM_WORLD`` when None."""
     from mpi4py import MPI
     return comm if comm is not None else MPI.COMM_WORLD
 
@@ -42,52 +50,6 @@ def idle_bcast(comm, obj=None, root: int = 0, poll: float = 0.002):
         while not req.Test():
             time.sleep(poll)
     return comm.bcast(obj, root=root)
-
-
-def lowered_of(sdfg: SDFG) -> Lowered:
-    from .checks import require_sdfg
-    require_sdfg(sdfg, "distsdfg")
-    low = getattr(sdfg, "_distsdfg", None)
-    if low is None:
-        raise errors.LoweredStateError(f"SDFG `{sdfg.name}` has not been lowered; call distsdfg.lower(sdfg, schedule) "
-                                       f"first")
-    if getattr(low, "deferred", False):     # distsdfg.deferred: planned at the first call
-        raise low.needs_sizes()
-    return low
-
-
-def solve_plan(low: Lowered, values: Dict[str, int], nranks: int, rank: Optional[int] = None) -> List[ConcreteStep]:
-    """Every step for concrete sizes on ``nranks`` ranks; ``rank``: as that rank needs them at call
-    time (grid-to-grid steps keep only its own messages, found without visiting every pair of ranks)."""
-    for key, axis, extent, parts in low.even_checks:
-        n = evaluate(extent, values)
-        if n % parts:
-            raise DistributedLoweringError(
-                f"map `{key}` axis {axis} (extent {n}) is split {parts} ways, which does not divide {n}; this "
-                f"library node reduces over the axis and needs even blocks: use sizes or a grid that divide evenly")
-    homes = solve_homes(low.homes, values, nranks)
-    return [solve_step(s, values, nranks, homes, rank) for s in low.steps]
-
-
-def symbol_values(sdfg: SDFG, arrays: Dict[str, Any], given: Dict[str, Any]) -> Dict[str, int]:
-    """Concrete values of the program's size symbols: given ones, then those read off array shapes."""
-    import sympy
-    values = {k: int(v) for k, v in given.items()}
-    for name, arr in arrays.items():
-        desc = sdfg.arrays.get(name)
-        if desc is None or not hasattr(arr, "shape"):
-            continue
-        for dim, n in zip(desc.shape, arr.shape):
-            e = sympy.sympify(dim)
-            fs = [s for s in e.free_symbols if str(s) not in values]
-            if len(fs) == 1:
-                sol = sympy.solve(sympy.Eq(e.subs({s: values[str(s)] for s in e.free_symbols if str(s) in values}), n),
-                                  fs[0])
-                if len(sol) == 1 and sympy.sympify(sol[0]).is_Integer:
-                    values[str(fs[0])] = int(sol[0])
-    for k, v in sdfg.constants.items():
-        values.setdefault(k, int(v) if np.isscalar(v) and float(v) == int(v) else v)
-    return values
 
 
 def _is_cupy(value) -> bool:
@@ -192,8 +154,7 @@ class DistributedProgram:
 
     def layout(self, array: str, **sizes):
         """``distsdfg.layout`` of ``array`` on this program's communicator."""
-        from .placement import layout
-        return layout(self, array, **sizes)
+        return _layout(self, array, **sizes)
 
     def _check_blocks(self, kwargs, blocks) -> Optional[str]:
         """This rank's distributed-placement arguments: present, of its block's shape and the dtype."""
@@ -304,13 +265,11 @@ class DistributedProgram:
     def _call(self, kwargs):
         t_call = time.perf_counter()
         if self.lowered.target == "gpu":
-            from .gpu import gpu_available
             if not gpu_available():     # DaCe's CUDA runtime would kill the process
                 raise DistributedLoweringError(
                     f"`{self.lowered.original_name}` was lowered for target='gpu' but rank {self.comm.rank} sees no "
                     f"CUDA GPU (no driver or no device); run it on GPU nodes or lower with target='cpu'")
             if self.lowered.comm == "device":
-                from .gpu import require_cuda_aware_mpi
                 require_cuda_aware_mpi(self.lowered.original_name)
         comm, rank, P = self.comm, self.comm.rank, self.comm.size
         arrays = {k: v for k, v in kwargs.items() if isinstance(v, np.ndarray) and k not in self.lowered.boundary}
@@ -357,7 +316,6 @@ class DistributedProgram:
 
     @functools.cached_property
     def _root_args(self):
-        from .root_args import RootArguments
         return RootArguments(self.sdfg, self.lowered)
 
 
@@ -380,7 +338,6 @@ def build_key(sdfg: SDFG, code_objects=None) -> str:
 
     import dace
 
-    from .mpi.environment import INCLUDE_DIR
     if code_objects is None:
         code_objects = dc.generate_code(sdfg)[1]
     h = hashlib.sha1(dace.__version__.encode())
@@ -440,7 +397,6 @@ def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
     t0 = time.time()
     with build_lock(sdfg.build_folder), dc.release_build():
         if getattr(getattr(sdfg, "_distsdfg", None), "target", "cpu") == "gpu":
-            from .gpu import build_settings
             with build_settings(sdfg.build_folder):
                 return _build(sdfg, verbose, rebuild, t0)
         return _build(sdfg, verbose, rebuild, t0)
@@ -477,7 +433,7 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
 
     Every rank runs with ``threads_per_rank`` OpenMP and MKL threads (default 1, or
     ``$DISTSDFG_THREADS_PER_RANK``)."""
-    comm = _comm(comm)
+    comm = comm_of(comm)
     lowered_of(sdfg)
     threads = blas.threads_per_rank(threads_per_rank)
     blas.configure()

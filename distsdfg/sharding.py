@@ -23,6 +23,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from dace.sdfg import SDFG
 
 from . import dace_compat as dc
+from .checks import positive_int, require_sdfg
 from .eingraph import Operand, build_graph
 from .errors import ScheduleError
 from .schedule import Schedule
@@ -77,7 +78,6 @@ def schedule_from_shardings(sdfg: SDFG, shardings: Mapping[str, Sequence[int]], 
 
     ``nprocs`` bounds every kernel's grid (default: the largest sharding's product). Sizes of
     symbolic programs are passed as keywords, as for ``auto_schedule``."""
-    from .checks import positive_int, require_sdfg
     require_sdfg(sdfg, "distsdfg.schedule_from_shardings")
     if nprocs is not None:
         nprocs = positive_int(nprocs, "schedule_from_shardings' nprocs")

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from typing import Tuple
 
+import numpy as np
 import sympy
 from dace import subsets, symbolic
 
 from . import dace_compat as dc
 
-__all__ = ["iterations", "block", "tile_range", "rank_symbol", "rough_work"]
+__all__ = ["iterations", "block", "block_span", "tile_range", "rank_symbol", "rough_work"]
 
 
 def rank_symbol(kernel: int, axis: int):
@@ -42,6 +43,18 @@ def block(n, parts: int):
     if n.is_Number:
         return int(-(-int(n) // parts))
     return dc.int_ceil(n, parts)
+
+
+def block_span(n: int, parts: int, r):
+    """``(start, size)`` of block ``r`` when ``n`` elements are split ``parts`` ways, concretely:
+    blocks of ``b = ceil(n / parts)``, block ``r`` is ``[r*b, min((r+1)*b, n))``, empty (size 0)
+    past the end. ``r`` may be a NumPy array of coordinates. The split ``tile_range`` makes
+    symbolically; the solver, the cost model and the simulator use this one."""
+    b = -(-int(n) // int(parts))
+    start = r * b
+    if isinstance(start, np.ndarray):
+        return start, np.clip(n - start, 0, b)
+    return start, max(0, min(b, n - start))
 
 
 def tile_range(rng: Tuple, parts: int, r, *, clamp: bool = True) -> Tuple:

@@ -2,7 +2,7 @@
 import pytest
 
 import distsdfg
-from distsdfg.plan import comm_steps, solve_step
+from distsdfg.solver import comm_steps, solve_step
 
 MATMUL = {  # grid over (M, N, K): bytes received of A, received of B, sent of C, per non-root rank
     (4, 1, 1): (98_304, 196_608, 65_536),

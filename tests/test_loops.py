@@ -39,7 +39,7 @@ def _per_rank(steps, pred=lambda s: True):
 
 # -- unit tier -------------------------------------------------------------------------------------
 def test_trip_counts_of_for_loops_and_early_exit():
-    from distsdfg.loops import loop_trips
+    from distsdfg.controlflow import loop_trips
     sd = get("jacobi2d").sdfg()
     dc.simplify(sd)
     trips = {st.label: t for st, t in loop_trips(sd).items()}
@@ -128,7 +128,7 @@ def test_inplace_redistribution_is_point_to_point():
 
 
 def test_home_blocks_grow_to_the_array_edges():
-    from distsdfg.plan import _grow
+    from distsdfg.solver import _grow
     inner = [((1,), (4,)), ((5,), (4,)), ((9,), (3,))]
     assert _grow(inner, (13,), 3) == [((0,), (5,)), ((5,), (4,)), ((9,), (4,))]
     # Blocks that cannot be stretched into a cover fall back to an even split of the rows.

@@ -11,7 +11,7 @@ from distsdfg.eingraph import build_graph
 from distsdfg.errors import DistributedLoweringError, ScheduleError
 from distsdfg.planner import (data_parallel_schedule, graph_cost, measured_bytes, search, sqrt_schedule,
                               viable)
-from distsdfg.runtime import symbol_values
+from distsdfg.solver import symbol_values
 from distsdfg.testing.programs import get, matrix_chain
 
 

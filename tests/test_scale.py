@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from distsdfg.boxindex import BoxIndex, any_overlap
+from distsdfg.encode import encode_plan
 from distsdfg.errors import UnsupportedProgramError
 from distsdfg.redistribute import Message, intersect, plan_redistribution, subtract
+from distsdfg.solver import ConcreteRedist, given_values, lowered_of, solve_plan
 from distsdfg.testing.simulate import grid_blocks
 
 
@@ -149,16 +151,12 @@ def test_per_rank_plans_are_the_whole_plans_messages(P):
 
 def _lowered(sdfg, schedule, **sizes):
     import distsdfg
-    from distsdfg.report import _values
-    from distsdfg.runtime import lowered_of
     distsdfg.lower(sdfg, schedule)
-    return lowered_of(sdfg), _values(sdfg, sizes)
+    return lowered_of(sdfg), given_values(sdfg, sizes)
 
 
 def _check_tables(low, values, P):
     """Every rank's call-time solve equals the whole solve restricted to that rank, table for table."""
-    from distsdfg.plan import ConcreteRedist, encode_plan
-    from distsdfg.runtime import solve_plan
     whole = solve_plan(low, values, P)
     redists = 0
     for r in range(P):

@@ -12,6 +12,7 @@ from typing import List, Optional
 import numpy as np
 
 from ..redistribute import Box, CommPlan, intersect
+from ..tiling import block_span
 
 _OPS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 _IDENTITY = {"sum": 0.0, "prod": 1.0, "max": -np.inf, "min": np.inf}
@@ -69,9 +70,7 @@ def grid_blocks(shape, grid, dims=None) -> List[Optional[Box]]:
         for a, d in enumerate(dims):
             if d is None:
                 continue
-            b = -(-shape[d] // grid[a])
-            start[d] = coords[a] * b
-            size[d] = max(0, min(shape[d], start[d] + b) - start[d])
+            start[d], size[d] = block_span(shape[d], grid[a], int(coords[a]))
         out.append((tuple(start), tuple(size)) if all(size) else None)
     return out
 

@@ -1,0 +1,139 @@
+"""Box algebra on concrete index ranges: intersection, difference, containment, and boxes under a reshape.
+
+A box is ``(start, size)`` per dimension in global coordinates, ``None`` for nothing. Pure
+integer arithmetic (NumPy only); the redistribution planner, the solver, the cost model and the
+simulator all use these.
+"""
+from __future__ import annotations
+
+import functools
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+__all__ = ["Box", "row_major_strides", "volume", "normalize", "intersect", "contains", "subtract", "dim_groups", "reshape_box"]
+
+
+#: ``(start, size)`` per dimension, in global coordinates.
+Box = Tuple[Tuple[int, ...], Tuple[int, ...]]
+
+
+def row_major_strides(shape: Sequence) -> Tuple:
+    """Element strides of a C-ordered (row-major) array of ``shape`` (ints or symbolic sizes)."""
+    out, acc = [], 1
+    for n in reversed(tuple(shape)):
+        out.insert(0, acc)
+        acc = acc * n
+    return tuple(out)
+
+
+def volume(b: Optional[Box]) -> int:
+    if b is None:
+        return 0
+    n = 1
+    for s in b[1]:
+        n *= max(s, 0)
+    return n
+
+
+def normalize(b: Optional[Box]) -> Optional[Box]:
+    if b is None or volume(b) <= 0:
+        return None
+    return tuple(int(x) for x in b[0]), tuple(int(x) for x in b[1])
+
+
+def intersect(a: Optional[Box], b: Optional[Box]) -> Optional[Box]:
+    if a is None or b is None:
+        return None
+    st = tuple(max(x, y) for x, y in zip(a[0], b[0]))
+    en = tuple(min(x + n, y + m) for x, n, y, m in zip(a[0], a[1], b[0], b[1]))
+    return normalize((st, tuple(e - s for s, e in zip(st, en))))
+
+
+def contains(outer: Optional[Box], inner: Optional[Box]) -> bool:
+    if inner is None:
+        return True
+    if outer is None:
+        return False
+    return all(o <= i and i + m <= o + n for o, n, i, m in zip(outer[0], outer[1], inner[0], inner[1]))
+
+
+def subtract(a: Optional[Box], b: Optional[Box]) -> List[Box]:
+    """``a`` minus ``b`` as disjoint boxes (at most two per dimension)."""
+    if a is None:
+        return []
+    cut = intersect(a, b)
+    if cut is None:
+        return [a]
+    out: List[Box] = []
+    start, size = list(a[0]), list(a[1])
+    for d in range(len(start)):
+        lo, hi = start[d], start[d] + size[d]
+        clo, chi = cut[0][d], cut[0][d] + cut[1][d]
+        if clo > lo:
+            out.append((tuple(start[:d] + [lo] + start[d + 1:]), tuple(size[:d] + [clo - lo] + size[d + 1:])))
+        if chi < hi:
+            out.append((tuple(start[:d] + [chi] + start[d + 1:]), tuple(size[:d] + [hi - chi] + size[d + 1:])))
+        start[d], size[d] = clo, chi - clo
+    return out
+
+
+def dim_groups(vshape: Sequence[int], tshape: Sequence[int]) -> Optional[List[Tuple[List[int], List[int]]]]:
+    """Consecutive dimensions of two shapes with equal products (row-major reshape groups)."""
+    groups, i, j = [], 0, 0
+    while i < len(vshape) or j < len(tshape):
+        gv, gt, pv, pt = [], [], 1, 1
+        while True:
+            if pv <= pt and i < len(vshape) and (pv < pt or not gv or vshape[i] == 1):
+                gv.append(i); pv *= vshape[i]; i += 1
+            elif j < len(tshape) and (pt < pv or not gt or tshape[j] == 1):
+                gt.append(j); pt *= tshape[j]; j += 1
+            else:
+                break
+            if pv == pt and (i == len(vshape) or vshape[i] != 1) and (j == len(tshape) or tshape[j] != 1):
+                break
+        if pv != pt:
+            return None
+        groups.append((gv, gt))
+    return groups
+
+
+def reshape_box(box: Optional[Box], vshape: Sequence[int], tshape: Sequence[int]) -> Optional[Box]:
+    """A box of a row-major array of shape ``vshape`` seen as one of shape ``tshape`` (a reshape).
+
+    Raises ValueError when the elements do not form a box in the new shape (a block that
+    crosses a boundary of a merged dimension). Remembered: a solve asks for the same blocks of a
+    view in every step that uses its layout.
+    """
+    if box is None:
+        return None
+    return _reshape_box(tuple(tuple(int(x) for x in part) for part in box), tuple(int(n) for n in vshape),
+                        tuple(int(n) for n in tshape))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _reshape_box(box: Box, vshape: Tuple[int, ...], tshape: Tuple[int, ...]) -> Box:
+    groups = dim_groups(list(vshape), list(tshape))
+    if groups is None:
+        raise ValueError(f"shapes {tuple(vshape)} and {tuple(tshape)} are not reshapes of each other")
+    start, size = [0] * len(tshape), [1] * len(tshape)
+    for gv, gt in groups:
+        if not gt:
+            continue
+        vs = [vshape[d] for d in gv]
+        ts = [tshape[d] for d in gt]
+        if not gv:
+            continue
+        axes = [np.arange(box[0][d], box[0][d] + box[1][d]) for d in gv]
+        flat = np.ravel_multi_index(np.meshgrid(*axes, indexing="ij"), vs).ravel()
+        coords = np.unravel_index(flat, ts)
+        lo = [int(c.min()) for c in coords]
+        hi = [int(c.max()) for c in coords]
+        vol = 1
+        for a, b in zip(lo, hi):
+            vol *= b - a + 1
+        if vol != flat.size:
+            raise ValueError(f"block {box} of shape {tuple(vshape)} is not a block of shape {tuple(tshape)}")
+        for k, d in enumerate(gt):
+            start[d], size[d] = lo[k], hi[k] - lo[k] + 1
+    return tuple(start), tuple(size)

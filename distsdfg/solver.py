@@ -1,0 +1,380 @@
+"""The solver: a lowered program's symbolic steps -> concrete per-rank blocks and messages.
+
+``solve_plan`` solves every step of a ``Lowered`` record for concrete sizes and a communicator
+size: the homes first (``solve_homes``: owner blocks grown to cover each array), then each step
+(``solve_step``: per-rank blocks and the partition/replicate sub-grids of thesis 5.1; grid-to-grid
+steps through ``redistribute.plan_redistribution``). ``comm_steps`` lists the MPI calls a solved
+step makes and their bytes. ``plan.symbol_values`` / ``plan.given_values`` build the size symbols'
+values a solve needs. Nothing here runs MPI or compiles: the report, the placement layouts, the
+predictor and the runtime all solve through this module.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from dace.sdfg import SDFG
+
+from . import errors
+from .boxes import intersect, reshape_box, subtract
+from .boxindex import any_overlap
+from .checks import require_sdfg
+from .errors import DistributedLoweringError, ScheduleError
+from .plan import (ALL_HOME, F_ACC, F_MASK, F_MERGE, F_REPL, ROOT_HOME, CommStep, ConcreteStep, HomeSolution,
+                   HomeSpec, RankBlock, StepSpec, evaluate, given_values, symbol_values)
+from .redistribute import CommPlan, plan_redistribution
+from .tiling import block_span
+
+__all__ = ["solve_plan", "solve_homes", "solve_step", "solve_redist", "ConcreteRedist", "comm_steps", "lowered_of",
+           "planned", "symbol_values", "given_values", "grid_coords"]
+
+
+def grid_coords(q: int, grid: Sequence[int]) -> Optional[Tuple[int, ...]]:
+    """Rank ``q``'s row-major coordinates in ``grid`` (None: outside it)."""
+    out = []
+    for g in reversed(grid):
+        q, c = divmod(q, g)
+        out.append(c)
+    return None if q else tuple(reversed(out))
+
+
+def _block(spec, coords, values, gshape) -> RankBlock:
+    """The block of a StepSpec or Layout on the rank at grid ``coords`` (None: outside the grid)."""
+    nd = len(gshape)
+    if coords is None:
+        return RankBlock((0,) * nd, (0,) * nd, (0,) * nd)
+    vals = dict(values)
+    for s, c in zip(spec.rank_syms, coords):
+        if s:
+            vals[s] = c
+    lo, hi = None, None
+    for box in spec.boxes:
+        st = [max(evaluate(b, vals), 0) for b, _ in box]
+        en = [min(evaluate(e, vals), gshape[d] - 1) for d, (_, e) in enumerate(box)]
+        if any(e < s for s, e in zip(st, en)):
+            continue
+        lo = st if lo is None else [min(a, b) for a, b in zip(lo, st)]
+        hi = en if hi is None else [max(a, b) for a, b in zip(hi, en)]
+    origin = tuple(evaluate(o, vals) for o in spec.origin)
+    if lo is None:
+        return RankBlock(origin, (0,) * nd, (0,) * nd)
+    return RankBlock(origin, tuple(lo), tuple(h - l + 1 for l, h in zip(lo, hi)))
+
+
+@dataclasses.dataclass(frozen=True)
+class ConcreteRedist:
+    """A grid-to-grid step solved for concrete sizes: both layouts and the CommPlan between them."""
+    spec: StepSpec
+    nranks: int
+    global_shape: Tuple[int, ...]
+    src_lshapes: Tuple[Tuple[int, ...], ...]     # per rank: the local buffers' shapes
+    dst_lshapes: Tuple[Tuple[int, ...], ...]
+    src_blocks: Tuple[RankBlock, ...]
+    dst_blocks: Tuple[RankBlock, ...]
+    plan: CommPlan
+
+
+def _box(b: RankBlock):
+    return (b.start, b.size) if b.count and all(b.size) else None
+
+
+def _cover(boxes: Sequence, gshape: Tuple[int, ...]) -> bool:
+    left = [(tuple(0 for _ in gshape), tuple(gshape))]
+    for b in {b for b in boxes if b is not None}:
+        left = [piece for u in left for piece in subtract(u, b)]
+        if not left:
+            return True
+    return not left
+
+
+def _grow(boxes: List, gshape: Tuple[int, ...], nranks: int) -> List:
+    """Owner blocks: the anchor's blocks stretched to the array's edges, or rows split evenly."""
+    have = [b for b in boxes if b is not None]
+    nd = len(gshape)
+    if have:
+        lo = [min(b[0][d] for b in have) for d in range(nd)]
+        hi = [max(b[0][d] + b[1][d] for b in have) for d in range(nd)]
+        out = []
+        for b in boxes:
+            if b is None:
+                out.append(None)
+                continue
+            st, en = list(b[0]), [s + n for s, n in zip(b[0], b[1])]
+            for d in range(nd):
+                if st[d] == lo[d]:
+                    st[d] = 0
+                if en[d] == hi[d]:
+                    en[d] = gshape[d]
+            out.append((tuple(st), tuple(e - s for s, e in zip(st, en))))
+        if _cover(out, gshape):
+            return out
+    out = []
+    for q in range(nranks):
+        a, n = block_span(gshape[0], nranks, q)
+        out.append(((a,) + (0,) * (nd - 1), (n,) + tuple(gshape[1:])) if n > 0 else None)
+    return out
+
+
+def solve_homes(homes: Sequence[HomeSpec], values: Dict[str, int], nranks: int) -> Dict[str, HomeSolution]:
+    """Owner blocks and buffer extents of every home, for concrete sizes."""
+    out = {}
+    for h in homes:
+        gshape = tuple(evaluate(s, values) for s in h.global_shape)
+        nd = len(gshape)
+        anchor = [_box(_block(h.anchor, grid_coords(q, h.anchor.grid), values, gshape)) for q in range(nranks)]
+        owned = _grow(anchor, gshape, nranks)
+        lo = [list(b[0]) if b is not None else None for b in owned]
+        hi = [[s + n for s, n in zip(*b)] if b is not None else None for b in owned]
+        for acc in h.accesses:
+            for q in range(nranks):
+                b = _box(_block(acc, grid_coords(q, acc.grid), values, gshape))
+                if b is None:
+                    continue
+                if lo[q] is None:
+                    lo[q], hi[q] = list(b[0]), [s + n for s, n in zip(*b)]
+                else:
+                    lo[q] = [min(x, y) for x, y in zip(lo[q], b[0])]
+                    hi[q] = [max(x, y + n) for x, y, n in zip(hi[q], b[0], b[1])]
+        shapes = tuple(tuple(max(e - a, 1) for a, e in zip(lo[q], hi[q])) if lo[q] is not None
+                       else ((0,) if h.boundary else (1,)) * nd for q in range(nranks))
+        blocks = []
+        for q in range(nranks):
+            origin = tuple(lo[q]) if lo[q] is not None else (0,) * nd
+            b = owned[q]
+            blocks.append(RankBlock(origin, b[0], b[1]) if b is not None else RankBlock(origin, (0,) * nd, (0,) * nd))
+        out[h.name] = HomeSolution(h, tuple(blocks), shapes)
+    return out
+
+
+def _home_blocks(lay, values, nranks, gshape, homes):
+    nd = len(gshape)
+    zero = (0,) * nd
+    if lay.home in (ROOT_HOME, ALL_HOME):
+        full = RankBlock(zero, zero, tuple(gshape))
+        empty = RankBlock(zero, zero, zero)
+        return (tuple(full if (q == 0 or lay.home == ALL_HOME) else empty for q in range(nranks)),
+                (tuple(gshape),) * nranks)
+    sol = homes[lay.home]
+    if not lay.boxes:
+        return sol.owned, sol.shapes
+    blocks = []
+    for q in range(nranks):
+        b = _block(lay, grid_coords(q, lay.grid), values, gshape)
+        blocks.append(RankBlock(sol.owned[q].origin, b.start, b.size))
+    return tuple(blocks), sol.shapes
+
+
+def _layout_blocks(lay, array: str, values, nranks, gshape, homes=None):
+    """Per-rank blocks of a layout in the array's coordinates, and per rank the local buffer's shape."""
+    blocks, lshape = _unclipped_blocks(lay, array, values, nranks, gshape, homes)
+    if not lay.clip:
+        return blocks, lshape
+    lo = tuple(evaluate(b, values) for b, _ in lay.clip)
+    box = (lo, tuple(evaluate(e, values) + 1 - a for a, (_, e) in zip(lo, lay.clip)))
+    out = []
+    for b in blocks:
+        cut = intersect(_box(b), box)
+        out.append(RankBlock(b.origin, cut[0], cut[1]) if cut is not None
+                   else RankBlock(b.origin, (0,) * len(gshape), (0,) * len(gshape)))
+    return tuple(out), lshape
+
+
+def _unclipped_blocks(lay, array, values, nranks, gshape, homes):
+    if lay.home:
+        return _home_blocks(lay, values, nranks, gshape, homes or {})
+    lshape = tuple(evaluate(s, values) for s in lay.local_shape)
+    blocks = [_block(lay, grid_coords(q, lay.grid), values,
+                     tuple(evaluate(s, values) for s in lay.view_shape) if lay.view_shape else gshape)
+              for q in range(nranks)]
+    if not lay.view_shape:
+        return tuple(blocks), (lshape,) * nranks
+    vshape = tuple(evaluate(s, values) for s in lay.view_shape)
+    out, shapes = [], set()
+    for q, b in enumerate(blocks):
+        try:
+            if _box(b) is None:
+                out.append(RankBlock((0,) * len(gshape), (0,) * len(gshape), (0,) * len(gshape)))
+                continue
+            if any(o < 0 or o + n > v for o, n, v in zip(b.origin, lshape, vshape)):
+                raise ValueError("the local buffer reaches past the array")
+            alloc = reshape_box((b.origin, lshape), vshape, gshape)
+            box = reshape_box(_box(b), vshape, gshape)
+        except ValueError as exc:
+            raise ScheduleError(
+                f"`{array}` is used through the reshape {vshape} by `{lay.kernel_label}` (grid {lay.grid}), and the "
+                f"block of rank {q} is not a block of the array's shape {gshape} ({exc}); split the merged "
+                f"dimension evenly, or not at all") from None
+        shapes.add(alloc[1])
+        out.append(RankBlock(alloc[0], box[0], box[1]))
+    if len(shapes) > 1:
+        raise ScheduleError(f"`{array}` through the reshape {vshape} by `{lay.kernel_label}` gives ranks local blocks "
+                            f"of different shapes {sorted(shapes)}; use a grid that divides the reshaped dimensions "
+                            f"evenly")
+    return tuple(out), (shapes.pop() if shapes else tuple(1 for _ in gshape),) * nranks
+
+
+def solve_redist(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None,
+                 rank: Optional[int] = None) -> ConcreteRedist:
+    src = spec.source
+    gshape = tuple(evaluate(s, values) for s in spec.global_shape)
+    sblocks, slshape = _layout_blocks(src, spec.array, values, nranks, gshape, homes)
+    dblocks, dlshape = _layout_blocks(spec.layout, spec.array, values, nranks, gshape, homes)
+    plan = plan_redistribution(spec.array, [_box(b) for b in sblocks], [_box(b) for b in dblocks], src.op,
+                               spec.itemsize, inplace=spec.inplace, rank=rank)
+    return ConcreteRedist(spec, nranks, gshape, slshape, dlshape, sblocks, dblocks, plan)
+
+
+def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None, rank: Optional[int] = None):
+    """Per-rank blocks, and the partition/replicate sub-grids that move them (thesis 5.1).
+
+    ``homes``: the solved homes (``solve_homes``) the step's layouts may refer to. ``rank``: a
+    grid-to-grid step keeps only the messages that rank sends or receives (``plan_redistribution``)."""
+    if spec.kind == "redist":
+        return solve_redist(spec, values, nranks, homes, rank)
+    gshape = tuple(evaluate(s, values) for s in spec.global_shape)
+    lshape = tuple(evaluate(s, values) for s in spec.local_shape)
+    grid = spec.grid
+    coords = [grid_coords(q, grid) for q in range(nranks)]
+    blocks = [_block(spec, c, values, gshape) for c in coords]
+    by_coord = {c: b for c, b in zip(coords, blocks) if c is not None}
+    # Grid axes the block depends on (partitioned); the others replicate it.
+    dep = []
+    for a, g in enumerate(grid):
+        if g > 1 and any(by_coord[c] != by_coord[c[:a] + (0,) + c[a + 1:]] for c in by_coord):
+            dep.append(a)
+    repl_axes = [a for a, g in enumerate(grid) if g > 1 and a not in dep]
+    pcolor, pkey, rcolor, rkey = [], [], [], []
+    nkey = 0
+    for q, c in enumerate(coords):
+        if c is None:
+            pcolor.append(-1); pkey.append(0); rcolor.append(-1); rkey.append(0)
+            continue
+        in_part = all(c[a] == 0 for a in repl_axes)
+        pcolor.append(0 if in_part else -1)
+        pkey.append(nkey if in_part else 0)
+        nkey += in_part
+        if repl_axes:
+            rcolor.append(int(np.ravel_multi_index([c[a] for a in dep], [grid[a] for a in dep])) if dep else 0)
+            rkey.append(int(np.ravel_multi_index([c[a] for a in repl_axes], [grid[a] for a in repl_axes])))
+        else:
+            rcolor.append(-1); rkey.append(0)
+    flags = F_REPL if repl_axes else 0
+    if spec.acc:
+        flags |= F_ACC
+    part = [blocks[q] for q in range(nranks) if pcolor[q] == 0 and blocks[q].count and all(blocks[q].size)]
+    overlap = _overlapping(part)
+    if spec.kind == "gather" and not spec.exact and overlap:
+        flags |= F_MERGE
+    if spec.kind == "reduce" and not spec.acc and overlap:
+        flags |= F_MASK
+    strides = tuple(evaluate(x, values) for x in spec.global_strides) if spec.global_strides else ()
+    return ConcreteStep(spec, nranks, gshape, lshape, tuple(blocks), tuple(pcolor), tuple(pkey), tuple(rcolor),
+                        tuple(rkey), flags, strides)
+
+
+def _overlapping(blocks: List[RankBlock]) -> bool:
+    return any_overlap([(b.start, b.size) for b in blocks])
+
+
+def comm_steps(cs, values: Optional[Dict[str, int]] = None) -> List[CommStep]:
+    """The MPI calls a concrete step makes, with bytes sent and received per rank (self excluded).
+
+    Calls that move nothing (a scatter to rank 0 alone, a local copy) are left out. Each call's
+    ``repeats`` is the step's trip count, evaluated with ``values`` where they determine it.
+    """
+    out = [c for c in _comm_steps(cs) if any(c.sent) or any(c.received)]
+    spec = cs.spec
+    if spec.repeats == "1" and not spec.at_most:
+        return out
+    try:
+        rep = max(evaluate(spec.repeats, values or {}), 0)
+    except (KeyError, TypeError, ValueError):
+        rep = spec.repeats
+    return [dataclasses.replace(c, repeats=rep, at_most=spec.at_most) for c in out]
+
+
+def _comm_steps(cs) -> List[CommStep]:
+    if isinstance(cs, ConcreteRedist):
+        return cs.plan.comm_steps()
+    spec, P, item = cs.spec, cs.nranks, cs.spec.itemsize
+    if spec.kind == "fill":
+        return []
+    nbytes = [b.count * item if all(b.size) else 0 for b in cs.blocks]
+    part = [q for q in range(P) if cs.pcolor[q] == 0]
+    groups: Dict[int, List[int]] = {}
+    for q in range(P):
+        if cs.rcolor[q] >= 0:
+            groups.setdefault(cs.rcolor[q], []).append(q)
+    for g in groups.values():
+        g.sort(key=lambda q: cs.rkey[q])
+
+    def p2root(name, to_root):
+        sent, recv = [0] * P, [0] * P
+        for q in part:
+            if q == 0:
+                continue
+            if to_root:
+                sent[q] += nbytes[q]; recv[0] += nbytes[q]
+            else:
+                recv[q] += nbytes[q]; sent[0] += nbytes[q]
+        return CommStep(name, spec.array, tuple(sent), tuple(recv))
+
+    def subgrid(name, to_root):
+        sent, recv = [0] * P, [0] * P
+        for members in groups.values():
+            head = members[0]
+            for q in members[1:]:
+                if to_root:
+                    sent[q] += nbytes[q]; recv[head] += nbytes[q]
+                else:
+                    recv[q] += nbytes[q]; sent[head] += nbytes[q]
+        return CommStep(name, spec.array, tuple(sent), tuple(recv))
+
+    if spec.kind == "scatter":
+        out = [p2root("Scatterv", False)]
+        if cs.uses_replicate:
+            out.append(subgrid("Bcast", False))
+        return out
+    if spec.kind == "gather":
+        return [p2root("Gatherv", True)]
+    out = []
+    if cs.uses_replicate:
+        out.append(subgrid("Reduce", True))
+    out.append(p2root("Gatherv", True))
+    return out
+
+
+def lowered_of(sdfg: SDFG):
+    """The ``Lowered`` record ``distsdfg.lower`` attached to ``sdfg``; refuses an SDFG not lowered
+    and one planned at its first call (``distsdfg.deferred``), which needs sizes first."""
+    require_sdfg(sdfg, "distsdfg")
+    low = getattr(sdfg, "_distsdfg", None)
+    if low is None:
+        raise errors.LoweredStateError(f"SDFG `{sdfg.name}` has not been lowered; call distsdfg.lower(sdfg, schedule) "
+                                       f"first")
+    if getattr(low, "deferred", False):     # distsdfg.deferred: planned at the first call
+        raise low.needs_sizes()
+    return low
+
+
+def planned(sdfg: SDFG, values: Dict[str, int], what: str) -> SDFG:
+    """``sdfg`` when it is lowered; for a program planned at its first call (``deferred.Deferred``),
+    a copy planned and lowered for ``values`` (``what`` names the caller in the refusal when a size
+    is missing)."""
+    low = getattr(sdfg, "_distsdfg", None)
+    return low.copy_for(values, what) if getattr(low, "deferred", False) else sdfg
+
+
+def solve_plan(low, values: Dict[str, int], nranks: int, rank: Optional[int] = None) -> List[ConcreteStep]:
+    """Every step of the lowering ``low`` for concrete sizes on ``nranks`` ranks; ``rank``: as that
+    rank needs them at call time (grid-to-grid steps keep only its own messages, found without
+    visiting every pair of ranks)."""
+    for key, axis, extent, parts in low.even_checks:
+        n = evaluate(extent, values)
+        if n % parts:
+            raise DistributedLoweringError(
+                f"map `{key}` axis {axis} (extent {n}) is split {parts} ways, which does not divide {n}; this "
+                f"library node reduces over the axis and needs even blocks: use sizes or a grid that divide evenly")
+    homes = solve_homes(low.homes, values, nranks)
+    return [solve_step(s, values, nranks, homes, rank) for s in low.steps]

@@ -17,6 +17,7 @@ import numpy as np
 from dace.sdfg import SDFG
 
 from . import errors
+from .exprs import evaluate_many
 from .boxes import intersect, reshape_box, subtract
 from .boxindex import any_overlap
 from .checks import require_sdfg
@@ -60,6 +61,51 @@ def _block(spec, coords, values, gshape) -> RankBlock:
     if lo is None:
         return RankBlock(origin, (0,) * nd, (0,) * nd)
     return RankBlock(origin, tuple(lo), tuple(h - l + 1 for l, h in zip(lo, hi)))
+
+
+def _all_blocks(spec, values, nranks, gshape) -> List[RankBlock]:
+    """``_block`` of every rank ``0 .. nranks-1`` (row-major coordinates in ``spec.grid``), its bounds
+    evaluated for all ranks at once (``exprs.evaluate_many``): one rank's call-time solve touches
+    every rank's block of each step, which for thousands of ranks was most of its time."""
+    nd = len(gshape)
+    if nd == 0 or not spec.boxes:
+        return [_block(spec, grid_coords(q, spec.grid), values, gshape) for q in range(nranks)]
+    rest = np.arange(nranks, dtype=np.int64)
+    coords = []
+    for g in reversed(spec.grid):
+        coords.append(rest % g)
+        rest = rest // g
+    coords.reverse()
+    inside = rest == 0
+    vals = dict(values)
+    for s, c in zip(spec.rank_syms, coords):
+        if s:
+            vals[s] = c
+    lo = hi = None
+    for box in spec.boxes:
+        limit = np.asarray([gshape[d] for d in range(len(box))], dtype=np.int64)[:, None] - 1
+        st = np.maximum(np.stack([evaluate_many(b, vals, nranks) for b, _ in box]), 0)
+        en = np.minimum(np.stack([evaluate_many(e, vals, nranks) for _, e in box]), limit)
+        ok = np.all(en >= st, axis=0)
+        if lo is None:
+            lo, hi, found = np.where(ok, st, 0), np.where(ok, en, 0), ok
+        else:
+            lo = np.where(ok, np.where(found, np.minimum(lo, st), st), lo)
+            hi = np.where(ok, np.where(found, np.maximum(hi, en), en), hi)
+            found = found | ok
+    origin = (np.stack([evaluate_many(o, vals, nranks) for o in spec.origin]) if len(spec.origin)
+              else np.zeros((0, nranks), dtype=np.int64))
+    zeros = (0,) * nd
+    size = hi - lo + 1
+    out = []
+    for q in range(nranks):
+        if not inside[q]:
+            out.append(RankBlock(zeros, zeros, zeros))
+        elif not found[q]:
+            out.append(RankBlock(tuple(origin[:, q].tolist()), zeros, zeros))
+        else:
+            out.append(RankBlock(tuple(origin[:, q].tolist()), tuple(lo[:, q].tolist()), tuple(size[:, q].tolist())))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,8 +205,7 @@ def _home_blocks(lay, values, nranks, gshape, homes):
     if not lay.boxes:
         return sol.owned, sol.shapes
     blocks = []
-    for q in range(nranks):
-        b = _block(lay, grid_coords(q, lay.grid), values, gshape)
+    for q, b in enumerate(_all_blocks(lay, values, nranks, gshape)):
         blocks.append(RankBlock(sol.owned[q].origin, b.start, b.size))
     return tuple(blocks), sol.shapes
 
@@ -184,9 +229,8 @@ def _unclipped_blocks(lay, array, values, nranks, gshape, homes):
     if lay.home:
         return _home_blocks(lay, values, nranks, gshape, homes or {})
     lshape = tuple(evaluate(s, values) for s in lay.local_shape)
-    blocks = [_block(lay, grid_coords(q, lay.grid), values,
-                     tuple(evaluate(s, values) for s in lay.view_shape) if lay.view_shape else gshape)
-              for q in range(nranks)]
+    blocks = _all_blocks(lay, values, nranks,
+                         tuple(evaluate(s, values) for s in lay.view_shape) if lay.view_shape else gshape)
     if not lay.view_shape:
         return tuple(blocks), (lshape,) * nranks
     vshape = tuple(evaluate(s, values) for s in lay.view_shape)
@@ -236,7 +280,7 @@ def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None, 
     lshape = tuple(evaluate(s, values) for s in spec.local_shape)
     grid = spec.grid
     coords = [grid_coords(q, grid) for q in range(nranks)]
-    blocks = [_block(spec, c, values, gshape) for c in coords]
+    blocks = _all_blocks(spec, values, nranks, gshape)
     by_coord = {c: b for c, b in zip(coords, blocks) if c is not None}
     # Grid axes the block depends on (partitioned); the others replicate it.
     dep = []

@@ -676,5 +676,11 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     elif comm == "emulated":
         from .gpu import DeviceBufferComm
         DeviceBufferComm("emulated").apply_pass(sdfg, {})
-    sdfg.validate()
+    try:
+        sdfg.validate()
+    except dace.sdfg.InvalidSDFGError as exc:
+        from .errors import RewriteLimitError
+        raise RewriteLimitError(f"lowering `{original}` with {schedule.as_dict()} gives an SDFG that DaCe rejects "
+                                f"({str(exc).splitlines()[0]}): distsdfg cannot rewrite this program for this "
+                                f"schedule yet; try another schedule, or run it on one rank") from None
     return sdfg

@@ -233,8 +233,11 @@ def run_distributed(bench: Bench, comm) -> Optional[dict]:
         rec.update(split=bool(split), schedule={k: list(v) for k, v in low.schedule.as_dict().items()},
                    kernels_split=sum(int(np.prod(g)) > 1 for g in grids), kernels=len(grids))
         if comm.rank == 0:
+            rec["rank0_maps"] = whole_on_rank0(bench)
             rec["tol"] = tolerance(ref)
-            rec["rel_err"] = rel_error(outputs(ret, mine, bench.info.get("output_args", [])), ref)
+            got = outputs(ret, mine, bench.info.get("output_args", []))
+            rec["rel_err"] = rel_error(got, ref)
+            rec["errors"] = {k: rel_error({k: got[k]}, {k: ref[k]}) for k in ref if k in got}
     except DistributedLoweringError as exc:
         rec.update(error_class=type(exc).__name__, refused=True, detail=str(exc))
     except Exception as exc:      # recorded as crashed; the other kernels go on
@@ -244,6 +247,19 @@ def run_distributed(bench: Bench, comm) -> Optional[dict]:
         rec["class"] = classify_result(rec)
         return rec
     return None
+
+
+def whole_on_rank0(bench: Bench) -> Dict[str, List[str]]:
+    """The maps the lowering leaves whole on rank 0 (their ranges or accesses depend on a symbol the
+    program sets while it runs), with those symbols; found on a fresh copy of the program."""
+    from distsdfg import dace_compat as dc
+    from distsdfg.kernels import find_kernels
+    try:
+        sdfg = bench.program().to_sdfg()
+        dc.simplify(sdfg)
+        return {m.info.key: list(k.runtime_symbols) for k in find_kernels(sdfg) if k.runtime_symbols for m in k.maps}
+    except Exception as exc:      # only a detail of the report
+        return {"?": [f"{type(exc).__name__}: {exc}"[:200]]}
 
 
 def _worker(argv: List[str]) -> int:
@@ -294,13 +310,7 @@ def _drive(phase: str, root: str, out: str, names: List[str], nprocs: int, timeo
             cmd = ["mpiexec", "-n", str(nprocs), sys.executable, "-m", "mpi4py", *cmd[1:]]
         if os.path.exists(out + ".current"):
             os.remove(out + ".current")
-        t0 = time.time()
-        try:
-            proc = subprocess.run(cmd, env=env, cwd=os.path.dirname(out), timeout=timeout * len(chunk),
-                                  capture_output=True, text=True)
-            tail, rc = (proc.stdout + proc.stderr)[-1500:], proc.returncode
-        except subprocess.TimeoutExpired as exc:
-            tail, rc = f"timed out after {time.time() - t0:.0f}s", "timeout"
+        rc, tail = _launch(cmd, env, out, timeout)
         sys.stderr.write(tail[-600:] if rc else "")
         if not set(chunk) - set(_done(out)):
             continue
@@ -311,6 +321,31 @@ def _drive(phase: str, root: str, out: str, names: List[str], nprocs: int, timeo
                "detail": f"the launch died in this kernel ({rc}): {tail[-300:]}"}
         with open(out, "a") as f:
             f.write(json.dumps(rec) + "\n")
+
+
+def _launch(cmd, env, out: str, timeout: float):
+    """Run one launch; kill it when one kernel takes longer than ``timeout`` seconds (a hang)."""
+    import signal
+    import tempfile
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, env=env, cwd=os.path.dirname(out), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        seen, since = None, time.time()
+        while proc.poll() is None:
+            time.sleep(2)
+            cur = (open(out + ".current").read() if os.path.exists(out + ".current") else None, len(_done(out)))
+            if cur != seen:
+                seen, since = cur, time.time()
+            elif time.time() - since > timeout:
+                proc.terminate()            # mpiexec passes it on to the ranks
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                return "timeout", f"no progress for {timeout:.0f}s (killed)"
+        log.seek(0)
+        return proc.returncode, log.read()[-1500:]
 
 
 def table(benches: List[Bench], base: Dict[str, dict], dist: Dict[str, dict]) -> str:
@@ -326,6 +361,12 @@ def table(benches: List[Bench], base: Dict[str, dict], dist: Dict[str, dict]) ->
             cls = r.get("class", classify_result(r))
             if cls in ("distributed", "one rank"):
                 detail = f"{r['kernels_split']} of {r['kernels']} kernels split; rel. err {r['rel_err']:.1e}"
+                whole = r.get("rank0_maps") or {}
+                if whole:
+                    syms = sorted({s for v in whole.values() for s in v})
+                    detail += f"; {len(whole)} maps whole on rank 0 (ranges depend on {', '.join(syms)})"
+                elif not r["kernels"]:
+                    detail += "; no map outside loops that carry values from one iteration to the next"
             elif cls == "wrong":
                 detail = f"rel. err {r['rel_err']:.1e}"
             else:
@@ -351,7 +392,7 @@ def ensure_checkout(root: str) -> str:
 def main(argv: List[str]) -> int:
     if argv[:1] == ["--worker"]:
         return _worker(argv[1:])
-    opts = {"--npbench": None, "-n": "4", "--work": "npbench_run", "--timeout": "300", "--batch": "8", "--fast-build": "1"}
+    opts = {"--npbench": None, "-n": "4", "--work": "npbench_run", "--timeout": "420", "--batch": "8", "--fast-build": "1"}
     names = []
     while argv:
         if argv[0] in opts:

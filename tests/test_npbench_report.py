@@ -59,6 +59,8 @@ def test_discover_arguments_reference(tmp_path, monkeypatch):
     assert nb.rel_error({"return0": ref["return0"]}, ref) == float("inf")        # a missing result
     assert nb.rel_error({"return0": ref["return0"][:2], "return1": ref["return1"]}, ref) == float("inf")
     assert nb.rel_error({"return0": ref["return0"].astype(np.float32), "return1": ref["return1"]}, ref) == 0.0
+    assert nb.rel_error({"return0": np.array([7])}, {"return0": np.asarray(7)}) == 0.0     # a scalar from DaCe
+    assert nb.rel_error({"return0": np.array([8])}, {"return0": np.asarray(7)}) > 0.1
     nan = {"return0": np.array([np.nan, 1.0])}
     assert nb.rel_error({"return0": np.array([0.0, 1.0])}, nan) == float("inf")
     assert nb.rel_error({"return0": np.array([np.nan, 1.0])}, nan) == 0.0

@@ -59,7 +59,7 @@ SIZES: Dict[str, Dict[str, object]] = {
     "cavity_flow": dict(ny=21, nx=21, nt=3, nit=2), "channel_flow": dict(ny=21, nx=21, nit=2),
     "cholesky": dict(N=20), "cholesky2": dict(N=20), "compute": dict(M=40, N=50),
     "contour_integral": dict(NR=10, NM=20, slab_per_bc=2),
-    "conv2d_bias": dict(N=2, C_in=3, C_out=4, K=2, H=10, W=10), "correlation": dict(M=20, N=24),
+    "conv2d": dict(N=2, C_in=3, C_out=4, K=2, H=10, W=10), "correlation": dict(M=20, N=24),
     "covariance": dict(M=20, N=24), "crc16": dict(N=64), "deriche": dict(W=24, H=20),
     "doitgen": dict(NR=6, NQ=8, NP=10), "durbin": dict(N=20), "fdtd_2d": dict(TMAX=3, NX=20, NY=22),
     "floyd_warshall": dict(N=20), "gemm": dict(NI=20, NJ=22, NK=24), "gemver": dict(N=30),
@@ -407,7 +407,8 @@ def main(argv: List[str]) -> int:
     root = os.path.abspath(ensure_checkout(opts["--npbench"]))
     work = os.path.abspath(opts["--work"])
     os.makedirs(work, exist_ok=True)
-    benches = [b for b in discover(root) if not names or b.name in names]
+    found = {b.name: b for b in discover(root)}
+    benches = [found[n] for n in names if n in found] if names else list(found.values())   # in the order given
     nprocs, timeout, batch = int(opts["-n"]), float(opts["--timeout"]), int(opts["--batch"])
     if opts["--fast-build"] != "0":      # -O0: these runs check results; compiles dominate the time
         os.environ.setdefault("DACE_compiler_cpu_args", "-std=c++14 -fPIC -O0 -Wno-unused-parameter -Wno-unused-label")

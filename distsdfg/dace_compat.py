@@ -95,6 +95,29 @@ def exact_ranges(sdfg: SDFG) -> int:
     return count
 
 
+def copies_to_maps(sdfg: SDFG) -> int:
+    """Top-level copies between arrays (``p[:, -1] = p[:, -2]``, ``B[:] = A``: an edge from one access
+    node to another, no map) become maps (DaCe's ``CopyToMap``), so that the planner schedules them
+    and the lowering moves their blocks like any kernel's; views and scalars are left alone.
+    Returns how many copies were turned."""
+    from dace.transformation.dataflow import CopyToMap
+    done = 0
+    for state in all_states(sdfg):
+        for e in list(state.edges()):
+            a, b = e.src, e.dst
+            if not (isinstance(a, nodes.AccessNode) and isinstance(b, nodes.AccessNode)) or e.data.is_empty():
+                continue
+            if state.entry_node(a) is not None or state.entry_node(b) is not None:
+                continue
+            if type(a.desc(sdfg)) is not dt.Array or type(b.desc(sdfg)) is not dt.Array:
+                continue
+            if len(state.edges_between(a, b)) != 1:
+                continue
+            CopyToMap.apply_to(sdfg, options={"ignore_strides": True}, verify=True, save=False, a=a, b=b)
+            done += 1
+    return done
+
+
 def simplify(sdfg: SDFG) -> SDFG:
     """DaCe's simplify() followed by our repair of its known miscompilations."""
     sdfg.simplify()

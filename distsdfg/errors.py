@@ -18,6 +18,7 @@ __all__ = [
     "LoweredStateError",
     "TorchFrontendError",
     "SymbolicSizeError",
+    "RewriteLimitError",
 ]
 
 
@@ -93,3 +94,8 @@ class SymbolicSizeError(SizeError):
         super().__init__(message)
         self.symbol = symbol      # the first size symbol without a value
         self.what = what          # what depends on it (a map, an array)
+
+
+class RewriteLimitError(UnsupportedProgramError):
+    """distsdfg's rewrite of this program (for the schedule it was given) is an SDFG that DaCe rejects:
+    a limit of distsdfg, not a fault of the program; the message names the state and node."""

@@ -116,6 +116,7 @@ def find_kernels(sdfg: SDFG) -> List[Kernel]:
     from .accumulate import accumulations_to_wcr
     from .loopmaps import independent_loops_to_maps
     dc.exact_ranges(sdfg)                 # e.g. the bounds of MapTiling's inner maps
+    dc.copies_to_maps(sdfg)               # array-to-array copies are kernels too (their blocks move)
     independent_loops_to_maps(sdfg)       # loops of independent iterations become splittable maps
     accumulations_to_wcr(sdfg)
     dc.propagate_wcr_outward(sdfg)      # an accumulation in a nested map reads as one outside it

@@ -611,6 +611,17 @@ def _refuse_split(k, grids) -> None:
                 f"a dace.map so that it can be split")
 
 
+def validate_lowered(sdfg: SDFG, original: str, schedule: Schedule) -> None:
+    """DaCe's validation of a lowered SDFG; a failure is the rewrite's limit, refused by name."""
+    try:
+        sdfg.validate()
+    except dace.sdfg.InvalidSDFGError as exc:
+        from .errors import RewriteLimitError
+        raise RewriteLimitError(f"lowering `{original}` with {schedule.as_dict()} gives an SDFG that DaCe rejects "
+                                f"({str(exc).splitlines()[0]}): distsdfg cannot rewrite this program for this "
+                                f"schedule yet; try another schedule, or run it on one rank") from None
+
+
 def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host",
                optimize: Optional[bool] = None, nprocs: Optional[int] = None, validate: bool = True) -> SDFG:
     """``comm``: where communication steps find their local buffers (``Lowered.comm``): "host",
@@ -687,5 +698,5 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
         from .gpu import DeviceBufferComm
         DeviceBufferComm("emulated").apply_pass(sdfg, {})
     if validate:
-        sdfg.validate()
+        validate_lowered(sdfg, original, schedule)
     return sdfg

@@ -28,7 +28,7 @@ from .eingraph import EinGraph, build_graph
 from .checks import positive_int, require_sdfg
 from .errors import DistributedLoweringError, OptionError, ScheduleError, SymbolicSizeError
 from .kernels import maps
-from .lowering import lower_sdfg
+from .lowering import lower_sdfg, validate_lowered
 from .prune import multilevel
 from .report import comm_report, sent_once
 from .schedule import Schedule, as_schedule
@@ -125,24 +125,42 @@ def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="bytes", searcher: str 
 
 def measured_bytes(sdfg: SDFG, schedule, nprocs: int, **sizes) -> int:
     """Total bytes ``comm_report`` gives for ``schedule`` (lowers a copy of ``sdfg``)."""
+    return _priced(sdfg, schedule, nprocs, sizes)[0]
+
+
+def _priced(sdfg: SDFG, schedule, nprocs: int, sizes):
+    """``(bytes, lowered copy)``: the copy is lowered without DaCe's validation and rank-local
+    optimisation, which change no communication (``validate_lowered`` checks a chosen one)."""
     sd = copy.deepcopy(sdfg)
     sd._distsdfg = None
+    sched = Schedule.of(as_schedule(schedule).as_dict())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        lower_sdfg(sd, Schedule.of(as_schedule(schedule).as_dict()), optimize=False, validate=False)
-        return sum(sent_once(s) for s in comm_report(sd, nprocs=nprocs, summary=True, **sizes))
+        lower_sdfg(sd, sched, optimize=False, validate=False)
+        return sum(sent_once(s) for s in comm_report(sd, nprocs=nprocs, summary=True, **sizes)), sd
 
 
 def _verified(sdfg, g, nprocs, candidates, sizes) -> Schedule:
-    best, best_bytes = candidates[0], None
-    for cand in candidates:
+    """The candidate that moves the fewest bytes when lowered (ties: the earlier one) and whose
+    lowering DaCe validates; the first candidate if none can be priced."""
+    priced, seen = [], set()
+    for i, cand in enumerate(candidates):
+        key = cand.to_json()
+        if key in seen:         # the searched schedule is often one of the baselines
+            continue
+        seen.add(key)
         try:
-            b = measured_bytes(sdfg, Schedule.of(cand.as_dict()), nprocs, **sizes)
+            b, sd = _priced(sdfg, Schedule.of(cand.as_dict()), nprocs, sizes)
         except DistributedLoweringError:
             continue
-        if best_bytes is None or b < best_bytes:
-            best, best_bytes = cand, b
-    return Schedule.of(best.as_dict(), sdfg=sdfg.name)
+        priced.append((b, i, cand, sd))
+    for _, _, cand, sd in sorted(priced, key=lambda x: x[:2]):
+        try:
+            validate_lowered(sd, sdfg.name, cand)
+        except DistributedLoweringError:
+            continue
+        return Schedule.of(cand.as_dict(), sdfg=sdfg.name)
+    return Schedule.of(candidates[0].as_dict(), sdfg=sdfg.name)
 
 
 def explain(sdfg: SDFG, schedule=None, *, nprocs: Optional[int] = None, cost_model="bytes", inputs: str = "root",

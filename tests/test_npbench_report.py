@@ -1,0 +1,87 @@
+"""The NPBench generality report's bookkeeping (distsdfg.testing.npbench) on a tiny NPBench-shaped
+folder written here: discovery, initialisation, references, errors, classes and the table.
+Unit tier: nothing is compiled or launched, and nothing of NPBench is used."""
+import json
+import textwrap
+
+import numpy as np
+
+from distsdfg.testing import npbench as nb
+
+
+def _fake(tmp_path):
+    """Two benchmarks with a DaCe kernel (one updates an argument, one returns) and one without."""
+    def bench(name, rel, params, init_in, init_out, inputs, outputs, files):
+        folder = tmp_path / "npbench" / "benchmarks" / rel
+        folder.mkdir(parents=True)
+        for suffix, text in files.items():
+            (folder / f"{name}{suffix}.py").write_text(textwrap.dedent(text))
+        info = {"benchmark": {"short_name": name[:4], "relative_path": rel, "module_name": name, "func_name": "kernel",
+                              "parameters": {"S": params, "M": params},
+                              "init": {"func_name": "initialize", "input_args": init_in, "output_args": init_out},
+                              "input_args": inputs, "output_args": outputs}}
+        (tmp_path / "bench_info").mkdir(exist_ok=True)
+        (tmp_path / "bench_info" / f"{name}.json").write_text(json.dumps(info))
+
+    bench("scale", "poly/scale", {"N": 5}, ["N"], ["A"], ["N", "A"], ["A"], {
+        "": "import numpy as np\ndef initialize(N):\n    return np.arange(N * N, dtype=np.float64).reshape(N, N)\n",
+        "_numpy": "def kernel(N, A):\n    A *= 2.0\n    return A\n",       # also returns what it updates
+        "_dace": "raise ImportError('not imported by this test')\n"})
+    bench("rowsum", "rowsum", {"M": 3, "N": 4}, ["M", "N"], ["A", "b"], ["A", "b"], [], {
+        "": """
+            import numpy as np
+            def initialize(M, N):
+                return np.ones((M, N)), np.float32(3)
+            """,
+        "_numpy": "def kernel(A, b):\n    return A.sum(axis=1) * b, A[0, 0]\n",
+        "_dace": "raise ImportError('not imported by this test')\n"})
+    bench("nodace", "nodace", {"N": 2}, ["N"], ["A"], ["A"], [], {"": "def initialize(N):\n    return N\n"})
+    return str(tmp_path)
+
+
+def test_discover_arguments_reference(tmp_path, monkeypatch):
+    root = _fake(tmp_path)
+    benches = {b.name: b for b in nb.discover(root)}
+    assert sorted(benches) == ["rowsum", "scale"]          # nodace has no <name>_dace.py
+    monkeypatch.setitem(nb.SIZES, "scale", {"N": 3})          # the report's own shrinking of "S"
+    scale = benches["scale"]
+    args = scale.arguments()
+    assert args["N"] == 3 and args["A"].shape == (3, 3)
+    ref = scale.reference(args)
+    assert np.array_equal(ref["A"], 2 * args["A"]) and np.array_equal(args["A"], np.arange(9.0).reshape(3, 3))
+    # a DaCe version that updates A in place and returns nothing is compared on A alone
+    assert nb.rel_error({"A": 2 * args["A"]}, ref) == 0.0
+    assert nb.rel_error({"A": 2 * args["A"] + 1e-3}, ref) > 1e-10
+    assert nb.rel_error({}, {}) == float("inf")                # nothing to compare is never "correct"
+    rowsum = benches["rowsum"]
+    ref = rowsum.reference(rowsum.arguments())
+    assert sorted(ref) == ["return0", "return1"] and nb.tolerance(ref) == 1e-10
+    assert nb.rel_error({"return0": ref["return0"]}, ref) == float("inf")        # a missing result
+    assert nb.rel_error({"return0": ref["return0"][:2], "return1": ref["return1"]}, ref) == float("inf")
+    assert nb.rel_error({"return0": ref["return0"].astype(np.float32), "return1": ref["return1"]}, ref) == 0.0
+    assert nb.rel_error({"return0": np.array([7])}, {"return0": np.asarray(7)}) == 0.0     # a scalar from DaCe
+    assert nb.rel_error({"return0": np.array([8])}, {"return0": np.asarray(7)}) > 0.1
+    nan = {"return0": np.array([np.nan, 1.0])}
+    assert nb.rel_error({"return0": np.array([0.0, 1.0])}, nan) == float("inf")
+    assert nb.rel_error({"return0": np.array([np.nan, 1.0])}, nan) == 0.0
+
+
+def test_classes_and_table(tmp_path):
+    root = _fake(tmp_path)
+    benches = nb.discover(root)
+    ok = {"tol": 1e-10, "rel_err": 1e-16, "kernels": 3}
+    assert nb.classify_result({**ok, "split": True, "kernels_split": 2}) == "distributed"
+    assert nb.classify_result({**ok, "split": False, "kernels_split": 0}) == "one rank"
+    assert nb.classify_result({**ok, "rel_err": 1e-3, "split": True}) == "wrong"
+    assert nb.classify_result({"error_class": "LoopDependentMapError", "refused": True}) == "refused"
+    assert nb.classify_result({"error_class": "KeyError"}) == "crashed"
+    dist = {"scale": {**ok, "split": True, "kernels_split": 2, "class": "distributed"},
+            "rowsum": {"error_class": "launch timeout", "class": "crashed", "detail": "timed out | here"}}
+    text = nb.table(benches, {"rowsum": {"ok": True}}, dist)
+    assert "| scale | N=5 | distributed | 2 of 3 kernels split" in text
+    assert "| rowsum | M=3, N=4 | crashed | launch timeout: timed out / here |" in text
+    assert "correct and distributed: 1 of 2 that DaCe compiles (50%)" in text
+    # a kernel DaCe itself cannot compile is skipped and left out of the percentage
+    text = nb.table(benches, {"rowsum": {"ok": False, "detail": "CompilationError: x"}}, dist)
+    assert "| rowsum | M=3, N=4 | skipped (DaCe) | CompilationError: x |" in text
+    assert "correct and distributed: 1 of 1 that DaCe compiles (100%)" in text

@@ -35,7 +35,8 @@ def solve_row(wname: str, preset: str, nprocs: int, schedule: str = "auto", repo
     from distsdfg.encode import encode_plan
     from distsdfg.planner import data_parallel_schedule
     from distsdfg.eingraph import build_graph
-    from distsdfg.report import _values, sent_once
+    from distsdfg.plan import given_values
+    from distsdfg.report import sent_once
     from distsdfg.solver import lowered_of, solve_plan
     w = get(wname)
     sizes = sizes_of(w, preset)
@@ -49,7 +50,7 @@ def solve_row(wname: str, preset: str, nprocs: int, schedule: str = "auto", repo
             sched, out["plan_s"] = _timed(lambda: data_parallel_schedule(build_graph(sdfg, **symbols), nprocs))
         _, out["lower_s"] = _timed(lambda: distsdfg.lower(sdfg, sched))
         low = lowered_of(sdfg)
-        values = _values(sdfg, symbols)
+        values = given_values(sdfg, symbols)
         P = 1 if low.rank0_only else nprocs
         for name, r in (("rank0", 0), ("last", P - 1)):
             steps, t_solve = _timed(lambda: solve_plan(low, values, P, rank=r))

@@ -85,3 +85,18 @@ def test_classes_and_table(tmp_path):
     text = nb.table(benches, {"rowsum": {"ok": False, "detail": "CompilationError: x"}}, dist)
     assert "| rowsum | M=3, N=4 | skipped (DaCe) | CompilationError: x |" in text
     assert "correct and distributed: 1 of 1 that DaCe compiles (100%)" in text
+
+
+def test_in_place_kernel_without_listed_outputs_is_compared_on_its_arrays(tmp_path, monkeypatch):
+    """NPBench lists no ``output_args`` for some kernels that update an argument in place and
+    return nothing (doitgen): every array argument is compared then, never nothing at all."""
+    root = _fake(tmp_path)
+    monkeypatch.setitem(nb.SIZES, "scale", {"N": 3})
+    scale = {b.name: b for b in nb.discover(root)}["scale"]
+    bench = nb.Bench(root, {**scale.info, "output_args": [], "array_args": ["A"]})
+    assert bench.output_names() == ["A"] and scale.output_names() == ["A"]
+    args = bench.arguments()
+    ref = bench.reference(args)
+    assert "A" in ref and np.array_equal(ref["A"], 2 * args["A"])
+    assert nb.rel_error(nb.outputs(None, {"A": 2 * args["A"]}, bench.output_names()), ref) == 0.0
+    assert nb.rel_error(nb.outputs(None, {"A": args["A"]}, bench.output_names()), ref) > 0.1

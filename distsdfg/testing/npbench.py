@@ -120,7 +120,9 @@ class Bench:
 
     def reference(self, args):
         args = copy.deepcopy(args)
-        ret = getattr(self._module("_numpy"), self.info["func_name"])(**args)
+        # positionally, in ``input_args`` order, as NPBench calls it (mandelbrot's NumPy version
+        # names the sizes ``xn, yn`` where the DaCe one has the symbols ``XN, YN``)
+        ret = getattr(self._module("_numpy"), self.info["func_name"])(*[args[a] for a in self.info["input_args"]])
         return outputs(ret, args, self.output_names())
 
     def output_names(self) -> List[str]:

@@ -214,7 +214,7 @@ class _OpaqueBounds:
         self.back: Dict[sympy.Symbol, sympy.Expr] = {}
 
     def _opaque(self, e) -> bool:
-        return isinstance(e, self.OPAQUE) or (isinstance(e, sympy.Function) and not isinstance(e, sympy.Symbol))
+        return isinstance(e, self.OPAQUE) or isinstance(e, sympy.Function)
 
     def _hide(self, e):
         e = sympy.sympify(e)
@@ -237,20 +237,52 @@ class _OpaqueBounds:
         return tuple((sympy.sympify(b).xreplace(self.back), sympy.sympify(e).xreplace(self.back)) for b, e in box)
 
 
-def _affine_dim(b, e, st, pset):
+def _affine_dim(b, e, st, params):
     """``(param, begin offset, end offset)`` when a memlet dimension is ``p + c1 : p + c2`` with
     numbers ``c1 <= c2`` and step 1; ``(None, b, e)`` when it uses no parameter; else None."""
     b, e = sympy.sympify(b), sympy.sympify(e)
-    used = (b.free_symbols | e.free_symbols) & pset
+    used = (b.free_symbols | e.free_symbols) & params
     if not used:
         return None, b, e
     if len(used) != 1 or sympy.sympify(st) != 1:
-        return None if used else (None, b, e)
+        return None
     p = next(iter(used))
     c1, c2 = sympy.expand(b - p), sympy.expand(e - p)
-    if not (c1.is_Number and c2.is_Number and c1 <= c2):
+    return (p, c1, c2) if c1.is_Number and c2.is_Number and c1 <= c2 else None
+
+
+def _affine_box(memlets: Sequence[dace.Memlet], params: Sequence[str], rng: subsets.Range) -> Optional[Box]:
+    """``propagate_box`` for memlets that index every dimension by one parameter plus a constant
+    (or by no parameter, alike in all of them), on ranges of step 1; None for any other."""
+    index = {symbolic.pystr_to_symbolic(p): i for i, p in enumerate(params)}
+    psyms = set(index)
+    per_memlet = []
+    for m in memlets:
+        sub = subsets.Range.from_indices(m.subset) if isinstance(m.subset, subsets.Indices) else m.subset
+        if not isinstance(sub, subsets.Range):
+            return None
+        dims = [_affine_dim(b, e, st, psyms) for b, e, st in sub.ranges]
+        if any(d is None for d in dims) or (per_memlet and len(dims) != len(per_memlet[0])):
+            return None
+        per_memlet.append(dims)
+    if not per_memlet:
         return None
-    return p, c1, c2
+    box = []
+    for per_dim in zip(*per_memlet):
+        ps = {d[0] for d in per_dim}
+        if len(ps) != 1:
+            return None
+        p = ps.pop()
+        if p is None:
+            if any(d[1:] != per_dim[0][1:] for d in per_dim):
+                return None
+            box.append(per_dim[0][1:])
+            continue
+        lo, hi, st = (sympy.sympify(x) for x in rng.ranges[index[p]])
+        if st != 1:
+            return None
+        box.append((lo + min(d[1] for d in per_dim), hi + max(d[2] for d in per_dim)))
+    return tuple(box)
 
 
 def propagate_box(memlets: Sequence[dace.Memlet], desc, params: Sequence[str], rng: subsets.Range) -> Box:
@@ -261,46 +293,8 @@ def propagate_box(memlets: Sequence[dace.Memlet], desc, params: Sequence[str], r
     time: ``[lo(p) + min c, hi(p) + max c]`` per dimension, which is DaCe's result too. Others go
     through DaCe's memlet propagation (``dace_compat.propagate``), which simplifies every bound with
     sympy (0.05-0.5 s per call)."""
-    pset = {symbolic.pystr_to_symbolic(p): i for i, p in enumerate(params)}
-    bounds = {}
-    for i, (lo, hi, st) in enumerate(rng.ranges):
-        bounds[i] = (sympy.sympify(lo), sympy.sympify(hi), sympy.sympify(st))
-    dims = None
-    for m in memlets:
-        sub = m.subset
-        if isinstance(sub, subsets.Indices):
-            sub = subsets.Range.from_indices(sub)
-        if not isinstance(sub, subsets.Range):
-            dims = None
-            break
-        mine = [_affine_dim(b, e, st, set(pset)) for b, e, st in sub.ranges]
-        if any(d is None for d in mine) or (dims is not None and len(mine) != len(dims)):
-            dims = None
-            break
-        if dims is None:
-            dims = [[d] for d in mine]
-        else:
-            for acc, d in zip(dims, mine):
-                acc.append(d)
-    box = []
-    for per_dim in dims or ():
-        ps = {d[0] for d in per_dim}
-        if len(ps) != 1:
-            break
-        p = next(iter(ps))
-        if p is None:
-            if any(d[1:] != per_dim[0][1:] for d in per_dim):
-                break
-            box.append(per_dim[0][1:])
-            continue
-        lo, hi, st = bounds[pset[p]]
-        if st != 1:
-            break
-        box.append((lo + min(d[1] for d in per_dim), hi + max(d[2] for d in per_dim)))
-    else:
-        if dims is not None:
-            return tuple(box)
-    return _as_box(dc.propagate(memlets, desc, params, rng).subset)
+    box = _affine_box(memlets, params, rng)
+    return box if box is not None else _as_box(dc.propagate(memlets, desc, params, rng).subset)
 
 
 def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> KernelPlan:
@@ -310,11 +304,11 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
     plan = KernelPlan(kernel, grid, rank_syms, map_grids, axes, {})
 
     per_array: Dict[str, dict] = {}
-    ends = _OpaqueBounds()
+    opaque = _OpaqueBounds()
     for m in kernel.maps:
         _check_unreduced_writes(m, plan.map_grids[m.info.key])
-        clamped = ends.hide(plan.tiled_range(m, clamp=True))
-        unclamped = ends.hide(plan.tiled_range(m, clamp=False))
+        clamped = opaque.hide(plan.tiled_range(m, clamp=True))
+        unclamped = opaque.hide(plan.tiled_range(m, clamp=False))
         for arr, acc in m.accesses.items():
             desc = m.arrays[arr]
             rec = per_array.setdefault(arr, {"reads": [], "writes": [], "alloc": [], "ndim": len(desc.shape),
@@ -368,8 +362,8 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
         if op is not None and not init_covered and rec["plain_exact"]:
             raise UnsupportedProgramError(f"`{kernel.label}` both overwrites part of `{arr}` and accumulates into it")
         exact = op is not None or bool(rec["plain_exact"])
-        alloc_start, alloc_shape = _alloc(rec["alloc"], rec["shape"], ends)
-        plan.arrays[arr] = ArrayConstraint(arr, [ends.show(b) for b in rec["reads"]], ends.show(write), alloc_start, alloc_shape, exact, op, init_covered,
+        alloc_start, alloc_shape = _alloc(rec["alloc"], rec["shape"], opaque)
+        plan.arrays[arr] = ArrayConstraint(arr, [opaque.show(b) for b in rec["reads"]], opaque.show(write), alloc_start, alloc_shape, exact, op, init_covered,
                                            write is not None and exact and init_covered and "writes" in rec["full"],
                                            "reads" in rec["full"], op is not None and rec["split"],
                                            write is not None and "writes" in rec["full"])

@@ -106,9 +106,7 @@ def compiled(expr: str):
     if not syms:
         v = int(e)
         return (), (lambda *a: v)
-    f = sympy.lambdify(syms, e, modules=[{"int_ceil": lambda a, b: -(-a // b), "int_floor": lambda a, b: a // b, "Min": min, "Max": max,
-                                           "floor": lambda x: int(np.floor(x)), "ceiling": lambda x: int(np.ceil(x))},
-                                          "math"])
+    f = sympy.lambdify(syms, e, modules=[_FUNCTIONS, "math"])
     return tuple(str(s) for s in syms), f
 
 

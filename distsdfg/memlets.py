@@ -9,12 +9,7 @@ from dace import symbolic
 
 from .exprs import same_value
 
-__all__ = ["same_expr", "dim_params"]
-
-
-def same_expr(a, b) -> bool:
-    """Whether two symbolic expressions are equal (``exprs.same_value``)."""
-    return same_value(a, b)
+__all__ = ["dim_params"]
 
 
 def dim_params(memlet: dace.Memlet, params: Sequence[str]) -> List[Optional[str]]:
@@ -24,7 +19,7 @@ def dim_params(memlet: dace.Memlet, params: Sequence[str]) -> List[Optional[str]
     for b, e, _ in memlet.subset.ndrange():
         b = sympy.sympify(b)
         fs = b.free_symbols & pset
-        if same_expr(b, e) and len(fs) == 1:
+        if same_value(b, e) and len(fs) == 1:
             p = next(iter(fs))
             out.append(str(p) if not (sympy.expand(b - p).free_symbols & pset) else None)
         else:

@@ -37,17 +37,26 @@ def volume(b: Optional[Box]) -> int:
 
 
 def normalize(b: Optional[Box]) -> Optional[Box]:
-    if b is None or volume(b) <= 0:
+    """``b`` with plain ``int`` bounds, or None where it holds no element."""
+    if b is None:
         return None
-    return tuple(int(x) for x in b[0]), tuple(int(x) for x in b[1])
+    for n in b[1]:
+        if n <= 0:
+            return None
+    return tuple(map(int, b[0])), tuple(map(int, b[1]))
 
 
 def intersect(a: Optional[Box], b: Optional[Box]) -> Optional[Box]:
     if a is None or b is None:
         return None
-    st = tuple(max(x, y) for x, y in zip(a[0], b[0]))
-    en = tuple(min(x + n, y + m) for x, n, y, m in zip(a[0], a[1], b[0], b[1]))
-    return normalize((st, tuple(e - s for s, e in zip(st, en))))
+    st, sz = [], []
+    for x, n, y, m in zip(a[0], a[1], b[0], b[1]):
+        lo, hi = (x if x > y else y), (x + n if x + n < y + m else y + m)
+        if hi <= lo:
+            return None
+        st.append(int(lo))
+        sz.append(int(hi - lo))
+    return tuple(st), tuple(sz)
 
 
 def contains(outer: Optional[Box], inner: Optional[Box]) -> bool:
@@ -116,6 +125,8 @@ def _reshape_box(box: Box, vshape: Tuple[int, ...], tshape: Tuple[int, ...]) -> 
     groups = dim_groups(list(vshape), list(tshape))
     if groups is None:
         raise ValueError(f"shapes {tuple(vshape)} and {tuple(tshape)} are not reshapes of each other")
+    if any(a < 0 or n < 1 or a + n > v for a, n, v in zip(box[0], box[1], vshape)):
+        raise ValueError(f"block {box} is not inside the shape {tuple(vshape)}")
     start, size = [0] * len(tshape), [1] * len(tshape)
     for gv, gt in groups:
         if not gt:
@@ -123,6 +134,13 @@ def _reshape_box(box: Box, vshape: Tuple[int, ...], tshape: Tuple[int, ...]) -> 
         vs = [vshape[d] for d in gv]
         ts = [tshape[d] for d in gt]
         if not gv:
+            continue
+        if len(gv) == 1 and len(gt) == 1:              # the same dimension: the same interval
+            start[gt[0]], size[gt[0]] = box[0][gv[0]], box[1][gv[0]]
+            continue
+        if all(box[0][d] == 0 and box[1][d] == vshape[d] for d in gv):     # the whole group
+            for d in gt:
+                start[d], size[d] = 0, tshape[d]
             continue
         axes = [np.arange(box[0][d], box[0][d] + box[1][d]) for d in gv]
         flat = np.ravel_multi_index(np.meshgrid(*axes, indexing="ij"), vs).ravel()

@@ -79,6 +79,15 @@ class BoxIndex:
         """The ranks whose box meets ``box``, ascending."""
         return sorted(i for j in self.distinct_hits(box) for i in self.members[self.distinct[j]])
 
+    def separated(self) -> bool:
+        """Whether, in every dimension, the distinct intervals are pairwise disjoint (blocks of a
+        grid): then two distinct boxes differ, and so are disjoint, in some dimension."""
+        for ivs, _, _, _ in self._dims:
+            for (a, n), (b, _) in zip(ivs, ivs[1:]):
+                if a + n > b:
+                    return False
+        return True
+
     def first_after(self, j: int, q: int) -> Optional[int]:
         """The first holder of distinct box ``j`` after rank ``q`` in cyclic order (never ``q``)."""
         ranks = self.members[self.distinct[j]]
@@ -92,4 +101,6 @@ def any_overlap(boxes: Sequence[Optional[Box]]) -> bool:
     index = BoxIndex(boxes)
     if any(len(r) > 1 for r in index.members.values()):
         return True
+    if index.separated():
+        return False
     return any(len(index.distinct_hits(b)) > 1 for b in index.distinct)

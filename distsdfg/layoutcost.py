@@ -133,16 +133,18 @@ def _dst_in_src(dst: Tuple, dshape: Tuple[int, ...], sshape: Tuple[int, ...], P:
     (each distinct block converted once); None where one is not a block there. Remembered: the
     planner prices every source layout against the same destination layouts."""
     d0, d1 = _boxes(dst, dshape, P)
-    boxes, which = np.unique(np.concatenate([d0, d1], axis=1), axis=0, return_inverse=True)
     nd = d0.shape[1]
-    conv = np.zeros((len(boxes), 2 * len(sshape)), np.int64)
-    for i, box in enumerate(boxes):
-        if np.all(box[nd:] > 0):
-            b = _reshaped(tuple(map(int, box[:nd])), tuple(map(int, box[nd:])), tuple(dshape), tuple(sshape))
+    index: Dict[Tuple[int, ...], int] = {}
+    which = np.fromiter((index.setdefault(row, len(index)) for row in map(tuple, np.concatenate([d0, d1], axis=1).tolist())),
+                        dtype=np.int64, count=len(d0))
+    conv = np.zeros((len(index), 2 * len(sshape)), np.int64)
+    for i, box in enumerate(index):
+        if all(n > 0 for n in box[nd:]):
+            b = _reshaped(box[:nd], box[nd:], tuple(dshape), tuple(sshape))
             if b is None:
                 return None
             conv[i] = b[0] + b[1]
-    conv = conv[np.asarray(which).reshape(-1)]
+    conv = conv[which]
     return conv[:, :len(sshape)], conv[:, len(sshape):]
 
 
@@ -204,13 +206,23 @@ def layout_bytes(src: Tuple, sshape, dst: Tuple, dshape, P: int) -> int:
     return _cross_elements(s0, s1, d0, d1)      # Alltoallv
 
 
+def _distinct_rows(a: np.ndarray):
+    """The distinct rows of an integer matrix and how often each occurs (``np.unique(axis=0)``
+    without its structured-array detour, which cost most of the planner's time for many ranks)."""
+    counts: Dict[Tuple[int, ...], int] = {}
+    for row in map(tuple, a.tolist()):
+        counts[row] = counts.get(row, 0) + 1
+    rows = np.array(list(counts), dtype=np.int64).reshape(len(counts), a.shape[1])
+    return rows, np.fromiter(counts.values(), dtype=np.int64, count=len(counts))
+
+
 def _cross_elements(s0, s1, d0, d1) -> int:
     """Elements of source box i inside destination box j, summed over all rank pairs i != j: every
     pair of distinct boxes priced once and weighted by how many ranks hold each (replicated partial
     blocks make far fewer distinct boxes than ranks), minus each rank's own pair."""
     nd = s0.shape[1]
-    sb, sc = np.unique(np.concatenate([s0, s1], axis=1), axis=0, return_counts=True)
-    db, dc = np.unique(np.concatenate([d0, d1], axis=1), axis=0, return_counts=True)
+    sb, sc = _distinct_rows(np.concatenate([s0, s1], axis=1))
+    db, dc = _distinct_rows(np.concatenate([d0, d1], axis=1))
     total = 0
     for lo in range(0, len(sb), _CHUNK):
         blk = sb[lo:lo + _CHUNK]

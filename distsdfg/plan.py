@@ -11,6 +11,7 @@ int64 table the generated code reads.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
@@ -115,7 +116,7 @@ class RankBlock:
 
     @property
     def count(self) -> int:
-        return int(np.prod(self.size)) if self.size else 1
+        return math.prod(self.size)
 
 
 @dataclasses.dataclass(frozen=True)

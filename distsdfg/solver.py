@@ -96,15 +96,16 @@ def _all_blocks(spec, values, nranks, gshape) -> List[RankBlock]:
     origin = (np.stack([evaluate_many(o, vals, nranks) for o in spec.origin]) if len(spec.origin)
               else np.zeros((0, nranks), dtype=np.int64))
     zeros = (0,) * nd
-    size = hi - lo + 1
+    origins = zip(*origin.tolist()) if len(spec.origin) else [()] * nranks
+    starts, sizes = zip(*lo.tolist()), zip(*(hi - lo + 1).tolist())      # per rank, as tuples of ints
     out = []
-    for q in range(nranks):
-        if not inside[q]:
+    for q, (o, st, sz, inq, fq) in enumerate(zip(origins, starts, sizes, inside.tolist(), found.tolist())):
+        if not inq:
             out.append(RankBlock(zeros, zeros, zeros))
-        elif not found[q]:
-            out.append(RankBlock(tuple(origin[:, q].tolist()), zeros, zeros))
+        elif not fq:
+            out.append(RankBlock(o, zeros, zeros))
         else:
-            out.append(RankBlock(tuple(origin[:, q].tolist()), tuple(lo[:, q].tolist()), tuple(size[:, q].tolist())))
+            out.append(RankBlock(o, st, sz))
     return out
 
 
@@ -122,7 +123,10 @@ class ConcreteRedist:
 
 
 def _box(b: RankBlock):
-    return (b.start, b.size) if b.count and all(b.size) else None
+    for n in b.size:
+        if n <= 0:
+            return None
+    return b.start, b.size
 
 
 def _cover(boxes: Sequence, gshape: Tuple[int, ...]) -> bool:
@@ -235,10 +239,15 @@ def _unclipped_blocks(lay, array, values, nranks, gshape, homes):
         return tuple(blocks), (lshape,) * nranks
     vshape = tuple(evaluate(s, values) for s in lay.view_shape)
     out, shapes = [], set()
+    seen: Dict[RankBlock, RankBlock] = {}         # replicated ranks share blocks: reshape each one once
+    empty = RankBlock((0,) * len(gshape), (0,) * len(gshape), (0,) * len(gshape))
     for q, b in enumerate(blocks):
+        if b in seen:
+            out.append(seen[b])
+            continue
         try:
             if _box(b) is None:
-                out.append(RankBlock((0,) * len(gshape), (0,) * len(gshape), (0,) * len(gshape)))
+                out.append(empty)
                 continue
             if any(o < 0 or o + n > v for o, n, v in zip(b.origin, lshape, vshape)):
                 raise ValueError("the local buffer reaches past the array")
@@ -250,7 +259,8 @@ def _unclipped_blocks(lay, array, values, nranks, gshape, homes):
                 f"block of rank {q} is not a block of the array's shape {gshape} ({exc}); split the merged "
                 f"dimension evenly, or not at all") from None
         shapes.add(alloc[1])
-        out.append(RankBlock(alloc[0], box[0], box[1]))
+        seen[b] = RankBlock(alloc[0], box[0], box[1])
+        out.append(seen[b])
     if len(shapes) > 1:
         raise ScheduleError(f"`{array}` through the reshape {vshape} by `{lay.kernel_label}` gives ranks local blocks "
                             f"of different shapes {sorted(shapes)}; use a grid that divides the reshaped dimensions "
@@ -279,30 +289,8 @@ def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None, 
     gshape = tuple(evaluate(s, values) for s in spec.global_shape)
     lshape = tuple(evaluate(s, values) for s in spec.local_shape)
     grid = spec.grid
-    coords = [grid_coords(q, grid) for q in range(nranks)]
     blocks = _all_blocks(spec, values, nranks, gshape)
-    by_coord = {c: b for c, b in zip(coords, blocks) if c is not None}
-    # Grid axes the block depends on (partitioned); the others replicate it.
-    dep = []
-    for a, g in enumerate(grid):
-        if g > 1 and any(by_coord[c] != by_coord[c[:a] + (0,) + c[a + 1:]] for c in by_coord):
-            dep.append(a)
-    repl_axes = [a for a, g in enumerate(grid) if g > 1 and a not in dep]
-    pcolor, pkey, rcolor, rkey = [], [], [], []
-    nkey = 0
-    for q, c in enumerate(coords):
-        if c is None:
-            pcolor.append(-1); pkey.append(0); rcolor.append(-1); rkey.append(0)
-            continue
-        in_part = all(c[a] == 0 for a in repl_axes)
-        pcolor.append(0 if in_part else -1)
-        pkey.append(nkey if in_part else 0)
-        nkey += in_part
-        if repl_axes:
-            rcolor.append(int(np.ravel_multi_index([c[a] for a in dep], [grid[a] for a in dep])) if dep else 0)
-            rkey.append(int(np.ravel_multi_index([c[a] for a in repl_axes], [grid[a] for a in repl_axes])))
-        else:
-            rcolor.append(-1); rkey.append(0)
+    pcolor, pkey, rcolor, rkey, repl_axes = _sub_grids(blocks, grid, nranks)
     flags = F_REPL if repl_axes else 0
     if spec.acc:
         flags |= F_ACC
@@ -315,6 +303,40 @@ def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None, 
     strides = tuple(evaluate(x, values) for x in spec.global_strides) if spec.global_strides else ()
     return ConcreteStep(spec, nranks, gshape, lshape, tuple(blocks), tuple(pcolor), tuple(pkey), tuple(rcolor),
                         tuple(rkey), flags, strides)
+
+
+def _sub_grids(blocks: Sequence[RankBlock], grid: Tuple[int, ...], nranks: int):
+    """The partition and replicate sub-communicators of a step (thesis 5.1), for all ranks at once.
+
+    A grid axis along which some rank's block changes partitions the array; the other axes of
+    more than one rank replicate it. ``pcolor``/``pkey``: the partition group (the ranks at
+    coordinate 0 of every replicate axis, in rank order); ``rcolor``/``rkey``: per partition
+    cell, the ranks that share its block. Ranks outside the grid are in neither (-1)."""
+    size = int(np.prod(grid, dtype=np.int64)) if grid else 1
+    inside = min(size, nranks)
+    if inside < size:
+        raise ValueError(f"a step on grid {grid} needs {size} ranks, the communicator has {nranks}")
+    width = len(blocks[0].origin + blocks[0].start + blocks[0].size) if size else 0
+    table = np.array([b.origin + b.start + b.size for b in blocks[:size]], dtype=np.int64).reshape(size, width)
+    cells = table.T.reshape((table.shape[1],) + tuple(grid))
+    dep = [a for a, g in enumerate(grid)
+           if g > 1 and cells.size and bool(np.any(cells != np.take(cells, [0], axis=1 + a)))]
+    repl_axes = [a for a, g in enumerate(grid) if g > 1 and a not in dep]
+    coords = np.unravel_index(np.arange(size), tuple(grid)) if grid else ()
+    in_part = np.ones(size, dtype=bool)
+    for a in repl_axes:
+        in_part &= coords[a] == 0
+    pcolor = np.where(in_part, 0, -1)
+    pkey = np.where(in_part, np.cumsum(in_part) - 1, 0)
+    if repl_axes:
+        rcolor = (np.ravel_multi_index([coords[a] for a in dep], [grid[a] for a in dep]) if dep
+                  else np.zeros(size, dtype=np.int64))
+        rkey = np.ravel_multi_index([coords[a] for a in repl_axes], [grid[a] for a in repl_axes])
+    else:
+        rcolor, rkey = np.full(size, -1), np.zeros(size, dtype=np.int64)
+    pad = nranks - size
+    return (tuple(pcolor.tolist()) + (-1,) * pad, tuple(pkey.tolist()) + (0,) * pad,
+            tuple(rcolor.tolist()) + (-1,) * pad, tuple(rkey.tolist()) + (0,) * pad, repl_axes)
 
 
 def _overlapping(blocks: List[RankBlock]) -> bool:

@@ -22,8 +22,11 @@ schedule function) and prices each; ``distsdfg predict`` prints such a curve.
 DGEMM on one core, its ``memcpy`` bandwidth, alpha and beta of the bundled MPICH on shared
 memory; ``distsdfg calibrate`` measures alpha and beta again, and a calibration file replaces
 them) and ``daint-xc50`` (a Piz-Daint-like Cray XC50 node: one P100 GPU, Aries network).
-The model ignores overlap of communication and computation, contention and the root's own
-copies, so it is an estimate of shape, not of the last percent.
+A machine whose ranks share fewer cores than there are ranks (``cores``; 2 for this machine)
+computes ``P / cores`` times slower per rank; partial sums cost their combination at memory
+bandwidth. The model ignores overlap of communication and computation, network contention and
+the root's copies into and out of the user's arrays, so it is an estimate of shape, not of the
+last percent.
 """
 from __future__ import annotations
 
@@ -49,17 +52,27 @@ __all__ = ["Machine", "PRESETS", "Prediction", "machine", "predict", "predict_cu
 @dataclasses.dataclass(frozen=True)
 class Machine:
     """What one rank can do: ``alpha`` seconds per message, ``beta`` seconds per byte it sends or
-    receives, ``flop_rate`` flop/s and ``memory_bandwidth`` bytes/s for its kernels."""
+    receives, ``flop_rate`` flop/s and ``memory_bandwidth`` bytes/s for its kernels.
+
+    ``cores``: the cores all ranks share (0: one core or device per rank, as on a cluster). When
+    more ranks than cores run, every rank's kernels take ``P / cores`` times as long (MPICH's
+    waiting ranks poll, so idle ranks take their share too)."""
     name: str
     alpha: float
     beta: float
     flop_rate: float
     memory_bandwidth: float
+    cores: int = 0
 
     def __str__(self):
+        shared = f", {self.cores} cores shared by all ranks" if self.cores else ""
         return (f"{self.name}: alpha {self.alpha * 1e6:.2f} us, beta {self.beta * 1e9:.3f} ns/B "
                 f"({1 / self.beta / 1e9:.1f} GB/s), {self.flop_rate / 1e9:.0f} GFLOP/s, "
-                f"{self.memory_bandwidth / 1e9:.0f} GB/s memory")
+                f"{self.memory_bandwidth / 1e9:.0f} GB/s memory{shared}")
+
+    def oversubscription(self, nprocs: int) -> float:
+        """How much slower a rank computes with ``nprocs`` ranks on this machine's cores."""
+        return max(1.0, nprocs / self.cores) if self.cores else 1.0
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -67,7 +80,8 @@ class Machine:
     @classmethod
     def from_json(cls, text: str) -> "Machine":
         d = json.loads(text)
-        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        return cls(**{k: d[k] for k in fields if k in d or fields[k].default is dataclasses.MISSING})
 
 
 #: Machine models. ``this-machine``: measured here (MKL DGEMM 1024^3 on one core in 54 ms, about
@@ -75,7 +89,7 @@ class Machine:
 #: under load). ``daint-xc50``: a Cray XC50 node of Piz Daint as in the thesis' figure 8.2 (one
 #: NVIDIA P100: 4.7 TFLOP/s float64, 732 GB/s HBM2; Aries: about 1.5 us and 10 GB/s per node).
 PRESETS: Dict[str, Machine] = {
-    "this-machine": Machine("this-machine", alpha=5e-6, beta=1 / 2e9, flop_rate=40e9, memory_bandwidth=8e9),
+    "this-machine": Machine("this-machine", alpha=5e-6, beta=1 / 2e9, flop_rate=40e9, memory_bandwidth=8e9, cores=2),
     "daint-xc50": Machine("daint-xc50", alpha=1.5e-6, beta=1 / 10e9, flop_rate=4.7e12, memory_bandwidth=732e9),
 }
 
@@ -138,11 +152,20 @@ def _messages(s) -> int:
     return max(1, math.ceil(s.pairs / max(1, s.ranks)))     # Alltoall(v/w), Isend/Irecv: per rank
 
 
+#: Collectives that combine what they receive with the operator (partial sums): the busiest rank
+#: reads its own and the received values and writes the result, at memory bandwidth.
+COMBINING = ("Reduce", "Allreduce", "Reduce_scatter", "Alltoallv")
+
+
 def comm_seconds(steps, m: Machine) -> List[tuple]:
     """(collective, array, seconds) of every MPI call (CommSummaries) on machine ``m``."""
-    return [(s.collective, s.array,
-             _repeats(s.repeats) * (m.alpha * _messages(s) + m.beta * max(s.max_sent, s.max_received)))
-            for s in steps]
+    out = []
+    for s in steps:
+        t = m.alpha * _messages(s) + m.beta * max(s.max_sent, s.max_received)
+        if s.collective in COMBINING:
+            t += 3 * s.max_received / m.memory_bandwidth * m.oversubscription(s.nranks)
+        out.append((s.collective, s.array, _repeats(s.repeats) * t))
+    return out
 
 
 def _contraction(v) -> bool:
@@ -172,7 +195,8 @@ def predict(sdfg, m: Union[str, Machine, None] = None, *, nprocs: Optional[int] 
     steps = comm_seconds(comm_report(sdfg, nprocs=P, summary=True, **sizes), m)
     graph = build_graph(_source_sdfg(low), **sizes)
     grids = {key: kg.grid for kg in low.kernels for key in kg.keys}
-    kernels = kernel_seconds(graph, grids, m)
+    slow = m.oversubscription(P)
+    kernels = [(key, parts, t * slow) for key, parts, t in kernel_seconds(graph, grids, m)]
     return Prediction(P, m.name, sum(t for *_, t in steps), sum(t for *_, t in kernels), tuple(steps), tuple(kernels))
 
 

@@ -78,3 +78,23 @@ def test_cli_prints_and_writes_the_curve(tmp_path, capsys):
     assert "daint-xc50" in text and "P=    2" in text
     points = json.loads(out.read_text())["points"]
     assert [p["nprocs"] for p in points] == [1, 2] and points[0]["comm_seconds"] == 0
+
+
+def test_ranks_sharing_cores_compute_slower_and_partial_sums_cost_their_combination():
+    """``cores``: 4 ranks on 2 cores take twice the per-rank kernel time of 4 ranks with a core
+    each; a split reduction axis adds the combination of the received partial sums."""
+    sdfg = _sdfg()
+    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"gemm_map": (1, 2, 2)}))
+    own = Machine("own", alpha=0.0, beta=0.0, flop_rate=1.0, memory_bandwidth=1e30)
+    shared = dataclasses.replace(own, cores=2)
+    a, b = predict(sdfg, own, nprocs=4, N=64), predict(sdfg, shared, nprocs=4, N=64)
+    assert b.compute_seconds == pytest.approx(2 * a.compute_seconds) and a.comm_seconds < 1e-20
+    assert shared.oversubscription(1) == 1 and shared.oversubscription(8) == 4
+    # the partial sums of C (k split in two): each Reduce/Allreduce receiver combines what it gets
+    mem = Machine("mem", alpha=0.0, beta=0.0, flop_rate=1e30, memory_bandwidth=1.0)
+    steps = distsdfg.comm_report(sdfg, nprocs=4, summary=True, N=64)
+    combined = sum(3 * s.max_received for s in steps if s.collective in ("Reduce", "Allreduce", "Reduce_scatter"))
+    assert combined > 0
+    assert predict(sdfg, mem, nprocs=4, N=64).comm_seconds == pytest.approx(combined)
+    old = json.dumps({k: v for k, v in json.loads(shared.to_json()).items() if k != "cores"})
+    assert Machine.from_json(old).cores == 0 and Machine.from_json(shared.to_json()) == shared

@@ -11,6 +11,7 @@ predictor and the runtime all solve through this module.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -21,7 +22,7 @@ from .exprs import evaluate_many
 from .boxes import intersect, reshape_box, subtract
 from .boxindex import any_overlap
 from .checks import require_sdfg
-from .errors import DistributedLoweringError, ScheduleError
+from .errors import DistributedLoweringError, ScheduleError, SizeError
 from .plan import (ALL_HOME, F_ACC, F_MASK, F_MERGE, F_REPL, ROOT_HOME, CommStep, ConcreteStep, HomeSolution,
                    HomeSpec, RankBlock, StepSpec, evaluate, given_values, symbol_values)
 from .redistribute import CommPlan, plan_redistribution
@@ -234,6 +235,11 @@ def _unclipped_blocks(lay, array, values, nranks, gshape, homes):
     if not lay.view_shape:
         return tuple(blocks), (lshape,) * nranks
     vshape = tuple(evaluate(s, values) for s in lay.view_shape)
+    if math.prod(vshape) != math.prod(gshape):
+        raise SizeError(f"`{array}` of shape {gshape} is read or written by `{lay.kernel_label}` through a reshape to "
+                        f"{vshape} ({' x '.join(lay.view_shape)}), which has {math.prod(vshape)} elements, not "
+                        f"{math.prod(gshape)}: the sizes given do not agree with the program's reshape; pass sizes "
+                        f"for which it is one (e.g. E == H * EH)")
     out, shapes = [], set()
     for q, b in enumerate(blocks):
         try:

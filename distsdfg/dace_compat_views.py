@@ -23,6 +23,7 @@ from dace import memlet as mm
 from dace.sdfg import SDFG, nodes
 
 from .boxes import row_major_strides
+from .dace_compat import all_states
 
 __all__ = ["transposed_views_to_copies", "view_permutation"]
 
@@ -67,11 +68,15 @@ def view_permutation(ashape: Sequence, vshape: Sequence, vstrides: Sequence) -> 
 def transposed_views_to_copies(sdfg: SDFG) -> int:
     """Rewrite the read-only strided views of whole arrays described above; returns how many."""
     done = 0
-    for state in list(sdfg.states()):
+    uses: dict = {}
+    for state in all_states(sdfg):
+        for n in state.data_nodes():
+            uses[n.data] = uses.get(n.data, 0) + 1
+    for state in all_states(sdfg):
         for vnode in list(state.data_nodes()):
             vdesc = sdfg.arrays.get(vnode.data)
-            if not isinstance(vdesc, dt.View) or state.entry_node(vnode) is not None:
-                continue
+            if not isinstance(vdesc, dt.View) or state.entry_node(vnode) is not None or uses[vnode.data] != 1:
+                continue        # (a view with several access nodes keeps its strides: one may be written)
             ins, outs = state.in_edges(vnode), state.out_edges(vnode)
             if len(ins) != 1 or not outs or any(isinstance(e.dst, nodes.AccessNode) for e in outs):
                 continue

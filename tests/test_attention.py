@@ -11,19 +11,24 @@ import distsdfg
 from distsdfg.dace_compat_views import view_permutation
 from distsdfg.errors import SizeError
 from distsdfg.testing.mpirun import bytes_mismatch, launch_cases
-from distsdfg.testing.programs import MHSA_FUSED_SCHEDULE, MHSA_SIZES, MHSA_THESIS_SCHEDULE, get
+from distsdfg.testing.programs import MHSA_FUSED_SCHEDULE, MHSA_FUSED_SIZES, MHSA_SIZES, MHSA_THESIS_SCHEDULE, get
 
 SIZES = dict(MHSA_SIZES)
 B, S, E, H, D = (SIZES[k] for k in ("BATCH", "SEQ", "EMB", "HEADS", "HDIM"))
+FUSED = dict(MHSA_FUSED_SIZES)            # 8 heads: 2 per rank
 INPUTS = {"mhsa_thesis": {"x", "W_Q", "W_K", "W_V", "W_O"}, "mhsa_fused": {"x", "X_0", "W_QKV", "W_O"}}
 REDUCTIONS = ("Reduce", "Allreduce", "Reduce_scatter", "Alltoallv")
+
+
+def _sizes(name):
+    return FUSED if name == "mhsa_fused" else SIZES
 
 
 def _lowered(name, schedule):
     warnings.simplefilter("ignore")
     sdfg = get(name).sdfg()
     if schedule == "auto":
-        distsdfg.lower(sdfg, "auto", nprocs=4, plan_options=SIZES)
+        distsdfg.lower(sdfg, "auto", nprocs=4, plan_options=_sizes(name))
     else:
         distsdfg.lower(sdfg, schedule)
     return sdfg
@@ -34,7 +39,7 @@ def reports():
     out = {}
     for name, sched in (("mhsa_thesis", MHSA_THESIS_SCHEDULE), ("mhsa_thesis", "auto"), ("mhsa_fused", "auto")):
         sdfg = _lowered(name, sched)
-        out[name, "auto" if sched == "auto" else "hand"] = (sdfg, distsdfg.comm_report(sdfg, **SIZES))
+        out[name, "auto" if sched == "auto" else "hand"] = (sdfg, distsdfg.comm_report(sdfg, **_sizes(name)))
     return out
 
 
@@ -65,6 +70,16 @@ def test_view_permutation_of_a_transposed_operand():
     assert view_permutation((5, 7), (7, 4), (1, 7)) is None       # no whole dimension: a slice
 
 
+def test_common_refinement_of_a_reshape():
+    from distsdfg.boxes import common_refinement, reshape_box
+    assert common_refinement([(2, 8, 48), (2, 8, 8, 6)]) == (2, 8, 8, 6)
+    assert common_refinement([(6,), (2, 3), (3, 2)]) is None
+    # Heads 2-3 of 8, their q and k columns (4 of 6): no block of (2, 8, 48), a block of the refinement.
+    with pytest.raises(ValueError):
+        reshape_box(((0, 0, 2, 0), (2, 8, 2, 4)), (2, 8, 8, 6), (2, 8, 48))
+    assert reshape_box(((0, 0, 12), (2, 8, 12)), (2, 8, 48), (2, 8, 8, 6)) == ((0, 0, 2, 0), (2, 8, 2, 6))
+
+
 def test_thesis_mhsa_hand_schedule_reduces_once(reports):
     sdfg, report = reports["mhsa_thesis", "hand"]
     between = _check_head_parallel(report, INPUTS["mhsa_thesis"])
@@ -93,10 +108,12 @@ def test_fused_qkv_auto_is_head_parallel_at_the_ideal_bytes(reports):
     sdfg, report = reports["mhsa_fused", "auto"]
     between = _check_head_parallel(report, INPUTS["mhsa_fused"])
     assert [s.collective for s in between] == ["Reduce"]
-    # One head per rank: x to every rank, its head's 3 * D columns of W_QKV and D rows of W_O,
-    # its partial (B*S, E) sum of the output projection to rank 0.
+    # Two heads per rank: x to every rank, its heads' 2 * 3 * D columns of W_QKV and 2 * D rows of
+    # W_O, its partial (B*S, E) sum of the output projection to rank 0.
+    b, s, e, d, hp = FUSED["BATCH"], FUSED["SEQ"], FUSED["EMB"], FUSED["HDIM"], FUSED["HEADS"] // 4
     item = 8
-    assert _bytes(report) == 3 * item * (B * S * E + E * 3 * D + D * E + B * S * E) == 18_432
+    assert _bytes(report) == 3 * item * (b * s * e + e * 3 * d * hp + d * hp * e + b * s * e) == 18_432
+    assert all(p.collective == "local" for p in distsdfg.comm_plans(sdfg, **FUSED))
     sched = sdfg._distsdfg.schedule.as_dict()
     assert sched["einsum_gemm.gemm_map"] == (1, 4, 1) and sched["einsum_gemm_2.gemm_map"] == (1, 1, 4)
 

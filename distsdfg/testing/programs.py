@@ -181,6 +181,9 @@ MEGATRON_SCHEDULE = {
 BATCH, SEQ, EMB, HEADS, HDIM = (dace.symbol(s) for s in ("BATCH", "SEQ", "EMB", "HEADS", "HDIM"))
 SQRT_H = 2.0                                     # sqrt(HDIM) at the test sizes
 MHSA_SIZES = (("BATCH", 2), ("SEQ", 8), ("EMB", 16), ("HEADS", 4), ("HDIM", 4))
+#: The fused form with 2 heads per rank on 4 ranks: a rank's q and k columns are no block of the
+#: product's (B, S, 3E) result, only of its (B, S, H, 3 E_H) view (``solver._refined_layouts``).
+MHSA_FUSED_SIZES = (("BATCH", 2), ("SEQ", 8), ("EMB", 16), ("HEADS", 8), ("HDIM", 2))
 
 
 @dace.program
@@ -252,13 +255,13 @@ def _mhsa_thesis_ref(x, W_Q, W_K, W_V, W_O):
 
 def _mhsa_fused_ref(x, W_QKV, W_O):
     b, s, e = x.shape
-    qkv = (x @ W_QKV).reshape(b, s, dict(MHSA_SIZES)["HEADS"], -1).transpose(0, 2, 1, 3)
+    qkv = (x @ W_QKV).reshape(b, s, dict(MHSA_FUSED_SIZES)["HEADS"], -1).transpose(0, 2, 1, 3)
     Q, K, V = np.split(qkv, 3, axis=-1)
     return np.einsum('bhse->bshe', _mhsa_heads(Q, K, V)).reshape(x.shape) @ W_O
 
 
 def _mhsa_inputs(r, fused=False):
-    b, s, e, h, d = (v for _, v in MHSA_SIZES)
+    b, s, e, h, d = (v for _, v in (MHSA_FUSED_SIZES if fused else MHSA_SIZES))
     f = lambda *shape: r.random(shape) - 0.5  # noqa: E731
     if fused:
         return {"x": f(b, s, e), "W_QKV": f(e, 3 * e), "W_O": f(e, e)}
@@ -279,8 +282,8 @@ MHSA_THESIS_SCHEDULE = {
     "einsum_map": (2, 2, 1, 1), "einsum_reset_map_4": (2, 1, 2, 1), "einsum_gemm.gemm_map": (2, 1, 2),
 }
 
-#: The fused form on 4 ranks, one head per rank: the QKV product's columns (each rank its head's
-#: q, k, v columns), every attention kernel by head, the output projection's reduction dimension.
+#: The fused form on 4 ranks, head-parallel: the QKV product's columns (each rank its heads' q, k,
+#: v columns), every attention kernel by head, the output projection's reduction dimension.
 MHSA_FUSED_SCHEDULE = {
     "einsum_gemm.gemm_map": (1, 4, 1), "einsum_map": (1, 1, 4, 1, 1), "einsum_reset_map": (1, 4, 1, 1),
     "_Div__map": (1, 4, 1, 1), "_Sub__map": (1, 4, 1, 1), "_numpy_exp__map": (1, 4, 1, 1), "_Div__map_2": (1, 4, 1, 1),
@@ -582,7 +585,7 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
             lambda x, W1, b1, W2, b2: np.maximum(x @ W1 + b1, 0.0) @ W2 + b2),
     Program("megatron", megatron, _megatron_inputs, _megatron_ref),
     Program("mhsa_thesis", mhsa_thesis, _mhsa_inputs, _mhsa_thesis_ref, MHSA_SIZES),
-    Program("mhsa_fused", mhsa_fused, lambda r: _mhsa_inputs(r, fused=True), _mhsa_fused_ref, MHSA_SIZES),
+    Program("mhsa_fused", mhsa_fused, lambda r: _mhsa_inputs(r, fused=True), _mhsa_fused_ref, MHSA_FUSED_SIZES),
     Program("diamond", diamond, lambda r: {"x": r.random((64, 48)) - 0.5, "W": r.random((48, 32)) - 0.5},
             lambda x, W: np.exp(x @ W) + (x @ W) * 2.0),
     Program("matrix_chain", matrix_chain,

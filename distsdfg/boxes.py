@@ -7,11 +7,13 @@ simulator all use these.
 from __future__ import annotations
 
 import functools
+import math
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["Box", "row_major_strides", "volume", "normalize", "intersect", "contains", "subtract", "dim_groups", "reshape_box"]
+__all__ = ["Box", "row_major_strides", "volume", "normalize", "intersect", "contains", "subtract", "dim_groups", "reshape_box",
+           "common_refinement"]
 
 
 #: ``(start, size)`` per dimension, in global coordinates.
@@ -155,3 +157,29 @@ def _reshape_box(box: Box, vshape: Tuple[int, ...], tshape: Tuple[int, ...]) -> 
         for k, d in enumerate(gt):
             start[d], size[d] = lo[k], hi[k] - lo[k] + 1
     return tuple(start), tuple(size)
+
+
+def common_refinement(shapes: Sequence[Sequence[int]]) -> Optional[Tuple[int, ...]]:
+    """The coarsest row-major shape that every shape of ``shapes`` (equal element counts) is a
+    reshape of by merging dimensions: ``(2, 8, 48)`` and ``(2, 8, 4, 12)`` give ``(2, 8, 4, 12)``;
+    None where there is none (``(6,)``, ``(2, 3)`` and ``(3, 2)``). Unit dimensions are left out.
+    A block that cuts across a merged dimension of one shape may be a block of the refinement
+    (a head-block of ``(B, S, H, 3 E_H)`` reading part of each head's ``3 E_H`` columns)."""
+    totals = {math.prod(int(n) for n in s) for s in shapes}
+    if len(totals) != 1 or 0 in totals:
+        return None
+    cuts = set()
+    for s in shapes:
+        acc = 1
+        for n in reversed([int(n) for n in s]):
+            acc *= n
+            cuts.add(acc)
+    dims, prev = [], 1
+    for c in sorted(cuts):
+        if c == 1:
+            continue
+        if c % prev:
+            return None
+        dims.insert(0, c // prev)
+        prev = c
+    return tuple(dims)

@@ -146,10 +146,10 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
     ``sizes`` counts, else ``LOOP_GUESS``), so that the planner weighs their communication by it."""
     values = given_values(sdfg, sizes, "planning")
     trips = _trips(sdfg, values)
-    views = dc.reshape_views(sdfg)
-    root = lambda a: views.get(a, a)  # noqa: E731
     # Kernels that depend on loop variables run whole on rank 0: nothing to choose for them.
     kernels = [k for k in find_kernels(sdfg) if k.kind != "opaque" and not k.runtime_symbols]
+    views = dc.reshape_views(sdfg)        # after find_kernels: its rewrites add reshape views
+    root = lambda a: views.get(a, a)  # noqa: E731
     order = {}
     segments, _ = dc.program_segments(sdfg)
     pos = 0

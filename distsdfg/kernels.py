@@ -110,12 +110,16 @@ class _Keys:
 def find_kernels(sdfg: SDFG) -> List[Kernel]:
     """All kernels of ``sdfg`` in a stable order (states in order, nodes topologically).
 
+    A library node's transposed operand (a strided view of a whole array) becomes a map that
+    copies the array in the permuted order plus a reshape view (``dace_compat_views``).
     For-loops whose iterations are independent become maps first (``loopmaps``: triangular
     loops, loops of library calls). Read-modify-write accumulations in maps become write-conflict resolution first
     (``accumulate.AccumulationToWCR``: the same program, with writes the lowering can reduce)."""
     from .accumulate import accumulations_to_wcr
     from .loopmaps import independent_loops_to_maps
+    from .dace_compat_views import transposed_views_to_copies
     dc.exact_ranges(sdfg)                 # e.g. the bounds of MapTiling's inner maps
+    transposed_views_to_copies(sdfg)      # a transposed operand (strided view) is a permuting copy
     dc.copies_to_maps(sdfg)               # array-to-array copies are kernels too (their blocks move)
     independent_loops_to_maps(sdfg)       # loops of independent iterations become splittable maps
     accumulations_to_wcr(sdfg)

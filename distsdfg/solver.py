@@ -11,6 +11,7 @@ predictor and the runtime all solve through this module.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -18,10 +19,10 @@ from dace.sdfg import SDFG
 
 from . import errors
 from .exprs import evaluate_many
-from .boxes import intersect, reshape_box, subtract
+from .boxes import common_refinement, intersect, reshape_box, subtract
 from .boxindex import any_overlap
 from .checks import require_sdfg
-from .errors import DistributedLoweringError, ScheduleError
+from .errors import DistributedLoweringError, ScheduleError, SizeError
 from .plan import (ALL_HOME, F_ACC, F_MASK, F_MERGE, F_REPL, ROOT_HOME, CommStep, ConcreteStep, HomeSolution,
                    HomeSpec, RankBlock, StepSpec, evaluate, given_values, symbol_values)
 from .redistribute import CommPlan, plan_redistribution
@@ -238,6 +239,11 @@ def _unclipped_blocks(lay, array, values, nranks, gshape, homes):
     if not lay.view_shape:
         return tuple(blocks), (lshape,) * nranks
     vshape = tuple(evaluate(s, values) for s in lay.view_shape)
+    if math.prod(vshape) != math.prod(gshape):
+        raise SizeError(f"`{array}` of shape {gshape} is read or written by `{lay.kernel_label}` through a reshape to "
+                        f"{vshape} ({' x '.join(lay.view_shape)}), which has {math.prod(vshape)} elements, not "
+                        f"{math.prod(gshape)}: the sizes given do not agree with the program's reshape; pass sizes "
+                        f"for which it is one (e.g. E == H * EH)")
     out, shapes = [], set()
     seen: Dict[RankBlock, RankBlock] = {}         # replicated ranks share blocks: reshape each one once
     empty = RankBlock((0,) * len(gshape), (0,) * len(gshape), (0,) * len(gshape))
@@ -272,11 +278,55 @@ def solve_redist(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None
                  rank: Optional[int] = None) -> ConcreteRedist:
     src = spec.source
     gshape = tuple(evaluate(s, values) for s in spec.global_shape)
-    sblocks, slshape = _layout_blocks(src, spec.array, values, nranks, gshape, homes)
-    dblocks, dlshape = _layout_blocks(spec.layout, spec.array, values, nranks, gshape, homes)
+    try:
+        sblocks, slshape = _layout_blocks(src, spec.array, values, nranks, gshape, homes)
+        dblocks, dlshape = _layout_blocks(spec.layout, spec.array, values, nranks, gshape, homes)
+    except ScheduleError:
+        refined = _refined_layouts(spec, values, nranks, gshape)
+        if refined is None:
+            raise
+        gshape, sblocks, slshape, dblocks, dlshape = refined
     plan = plan_redistribution(spec.array, [_box(b) for b in sblocks], [_box(b) for b in dblocks], src.op,
                                spec.itemsize, inplace=spec.inplace, rank=rank)
     return ConcreteRedist(spec, nranks, gshape, slshape, dlshape, sblocks, dblocks, plan)
+
+
+def _refined_layouts(spec: StepSpec, values, nranks, ashape):
+    """Both layouts of a grid-to-grid step in the common refinement of the array's shape and the
+    views they use (``boxes.common_refinement``), where a block of one view is no block of the
+    array: the fused QKV product's column blocks and the attention's (heads x q/k columns)
+    blocks of its ``(B, S, H, 3 E_H)`` view are both blocks of that refinement. None where
+    there is none (or a layout is a home or clipped)."""
+    lays = (spec.source, spec.layout)
+    if any(lay.home or lay.clip for lay in lays):
+        return None
+    own = [tuple(evaluate(n, values) for n in lay.view_shape) if lay.view_shape else ashape for lay in lays]
+    fine = common_refinement([ashape] + own)
+    if fine is None:
+        return None
+    out = [fine]
+    for lay, shape in zip(lays, own):
+        lshape = tuple(evaluate(n, values) for n in lay.local_shape)
+        blocks, shapes = [], []
+        for b in _all_blocks(lay, values, nranks, shape):
+            if _box(b) is None:
+                blocks.append(RankBlock((0,) * len(fine), (0,) * len(fine), (0,) * len(fine)))
+                shapes.append(tuple(1 for _ in fine))
+                continue
+            try:
+                if any(o < 0 or o + n > v for o, n, v in zip(b.origin, lshape, shape)):
+                    return None
+                alloc = reshape_box((b.origin, lshape), shape, fine)
+                box = reshape_box(_box(b), shape, fine)
+            except ValueError:
+                return None
+            blocks.append(RankBlock(alloc[0], box[0], box[1]))
+            shapes.append(alloc[1])
+        used = {sh for sh, b in zip(shapes, blocks) if b.count and all(b.size)}
+        if len(used) == 1:           # ranks without a block keep the common buffer shape
+            shapes = [next(iter(used))] * len(shapes)
+        out += [tuple(blocks), tuple(shapes)]
+    return tuple(out)
 
 
 def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None, rank: Optional[int] = None):

@@ -687,6 +687,8 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     sdfg._distsdfg = Lowered(schedule.with_sdfg(original) if schedule.sdfg is None else schedule, original,
                              rw.steps, kgrids, even_checks, target, getattr(rw, "home_specs", list)(),
                              dict(getattr(rw, "boundary", {})), source, comm=comm)
+    from .dace_compat_matmul import degenerate_matmuls_to_maps
+    degenerate_matmuls_to_maps(sdfg)          # blocks that DaCe's MatMul expansion would read as vectors
     if target == "cpu":
         from .optimize import optimize_lowered
         if enabled(optimize):

@@ -239,6 +239,8 @@ def _unclipped_blocks(lay, array, values, nranks, gshape, homes):
     if not lay.view_shape:
         return tuple(blocks), (lshape,) * nranks
     vshape = tuple(evaluate(s, values) for s in lay.view_shape)
+    if vshape == tuple(gshape):          # a view of the array's own shape: its blocks are the array's
+        return tuple(blocks), (lshape,) * nranks
     if math.prod(vshape) != math.prod(gshape):
         raise SizeError(f"`{array}` of shape {gshape} is read or written by `{lay.kernel_label}` through a reshape to "
                         f"{vshape} ({' x '.join(lay.view_shape)}), which has {math.prod(vshape)} elements, not "

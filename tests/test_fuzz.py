@@ -104,3 +104,31 @@ def test_ranks_outside_the_grid_skip_a_map_whose_buffer_is_not_offset_to_the_blo
     sdfg = CORPUS["ew_broadcast"].prog.to_sdfg()
     distsdfg.lower(sdfg, {m.key: (2,) + (1,) * (len(m.params) - 1) for m in distsdfg.maps(sdfg)})
     assert all(not kg.member for kg in sdfg._distsdfg.kernels)
+
+
+def test_matmul_blocks_that_dace_reads_as_vectors_are_computed_by_maps(tmp_path):
+    """Seed 41's compile-time refusals: the contraction axis split 8 ways gives local operands
+    (M, 1) and (1, N), which DaCe's MatMul expansion squeezes into a dot product ("Output of dot
+    product must be a single element"); a batch block of one gave ``[3, 3, 7] x [3, 7]``. Those
+    products are now maps (``dace_compat_matmul``); the others stay BLAS calls."""
+    import copy
+    import warnings
+
+    import distsdfg
+    from distsdfg.dace_compat_matmul import misread_by_dace
+    from distsdfg.testing import fuzz_corpus as fc
+    from distsdfg.testing.fuzz import FuzzCase
+    assert misread_by_dace([10, 1], [1, 6], [10, 6]) and misread_by_dace([1, 1], [1, 6], [1, 6])
+    assert misread_by_dace([3, 3, 7], [3, 1, 7], [3, 3, 7])
+    assert not misread_by_dace([1, 7], [7, 6], [1, 6]) and not misread_by_dace([10, 7], [7, 1], [10, 1])
+    assert not misread_by_dace([1, 7], [7, 1], [1, 1]) and not misread_by_dace([10, 7], [7, 6], [10, 6])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sdfg = fc.mlp_small.to_sdfg()
+    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"_MatMult_.gemm_map": (1, 1, 8)}))
+    copy.deepcopy(sdfg).expand_library_nodes()          # DaCe's expansion raised ValueError here
+    cases = [FuzzCase(41, 608, "mlp_small", 8, (("_MatMult_.gemm_map", (1, 1, 8)), ("_numpy_maximum__map", (1, 8)),
+                                                 ("_MatMult__2.gemm_map", (2, 1, 4)))),
+             FuzzCase(41, 299, "einsum_batched", 8, (("einsum_gemm._BatchedBatchedMatMult__map", (1, 2, 4, 1)),))]
+    results = run_cases(cases, timeout_per_case=240, workdir=str(tmp_path))
+    assert [r["outcome"] for r in results] == ["ok"] * 2, results

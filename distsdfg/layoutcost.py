@@ -18,7 +18,7 @@ from .boxes import reshape_box
 from .eingraph import Operand, Vertex
 from .tiling import block_span
 
-__all__ = ["Split", "signature", "layout_bytes", "layout_matrix", "root_bytes"]
+__all__ = ["Split", "signature", "layout_bytes", "layout_matrix", "root_bytes", "strided_elements"]
 
 #: A partitioning vector as a mapping label -> parts.
 Split = Dict[str, int]
@@ -115,6 +115,24 @@ def root_bytes(sig: Tuple, shape, P: int, what: str) -> int:
     if what == "reduce":
         return members if any(r == "A" for _, r in sig) else 0
     return int(sum(vol[q] for q in first.values() if q != 0))
+
+
+@functools.lru_cache(maxsize=65536)
+def strided_elements(sig: Tuple, shape, P: int) -> int:
+    """Elements of the rank blocks of a layout that are not one contiguous run of the row-major
+    array: a scatter from rank 0 packs them, a gather unpacks them (splitting the outermost split
+    dimension keeps every block contiguous)."""
+    start, size = _boxes(sig, tuple(shape), P)
+    total = 0
+    for q in range(P):
+        sz = size[q]
+        n = int(np.prod(np.maximum(sz, 0)))
+        if n == 0:
+            continue
+        cut = [d for d in range(len(shape)) if sz[d] != shape[d]]
+        if cut and any(sz[d] != 1 for d in range(cut[-1])):     # contiguous: ones, any, then whole
+            total += n
+    return total
 
 
 @functools.lru_cache(maxsize=1 << 16)

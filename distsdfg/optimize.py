@@ -5,7 +5,7 @@
 ``DistributedMemlet`` keeps the buffers it reads and writes, and a buffer some step or
 another state uses is never removed. What changes:
 
-Steps 1 to 3 apply to straight-line programs with root placement (see ``optimize_lowered``).
+Steps 1 to 4 apply to straight-line programs with root placement (see ``optimize_lowered``).
 
 1. Kernels on the same process grid share their rank-coordinate symbols (a rank has the same
    coordinates in equal grids), so their tiled map ranges become equal expressions.
@@ -16,7 +16,11 @@ Steps 1 to 3 apply to straight-line programs with root placement (see ``optimize
    argument or result it gathers to) is removed and the kernel reads and writes the argument
    itself (``alias_whole_blocks``): no copy, no full-size temporary. The program then runs on
    rank 0 alone; other ranks of a larger communicator return None.
-4. ``Reduce`` library nodes expand to DaCe's ``pure-seq`` implementation, its accumulator read out by
+4. With more ranks, a ``redist`` step that only copies a rank's block between a map kernel's and a
+   library kernel's buffers of one grid (the lowering shares a buffer only between kernels of one
+   kind: map buffers are indexed from their block's origin, library buffers from zero) is removed
+   and the two buffers become one, the map's indices shifted (``alias_local_copies``).
+5. ``Reduce`` library nodes expand to DaCe's ``pure-seq`` implementation, its accumulator read out by
    value (``dace_compat.sequential_reduce``: the inner loop vectorizes) (a map over the kept
    axes around a sequential loop over the reduced ones), several times faster than the
    default ``pure`` expansion, which accumulates every element through a write-conflict
@@ -30,7 +34,7 @@ from typing import Dict, List
 
 from dace.sdfg import SDFG
 
-__all__ = ["optimize_lowered", "enabled", "alias_whole_blocks"]
+__all__ = ["optimize_lowered", "enabled", "alias_whole_blocks", "alias_local_copies"]
 
 
 def enabled(optimize) -> bool:

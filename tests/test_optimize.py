@@ -133,3 +133,22 @@ def test_fused_copy_becomes_the_program(prog, schedule):
     assert _structure(fused) == _structure(want)
     assert all(st.sdfg is fused and st.parent_graph is fused for st in fused.states())
     assert [c.sdfg for c in fused.all_control_flow_regions()] == [fused]
+
+
+def test_map_and_library_kernels_on_one_grid_share_their_blocks():
+    """softmax on a (2, 2, 1, 1) grid: the reductions (library) and the element-wise maps hold the
+    same blocks, which the lowering copies between their buffers (map buffers are indexed from the
+    block's origin); optimize drops those copies and the maps index the library buffers, shifted
+    (the values: test_mpi.py's softmax case on this grid)."""
+    from distsdfg.mpi import DistributedMemlet
+    sched = {"*": (2, 2, 1, 1)}
+    plain, opt = _lowered("softmax", sched, False), _lowered("softmax", sched, True)
+
+    def redists(sd):
+        return [n for st in sd.states() for n in st.nodes() if isinstance(n, DistributedMemlet) and n.kind == "redist"]
+    assert len(redists(plain)) >= 4 and len(redists(opt)) <= len(redists(plain)) - 3
+    assert _steps(opt) == _steps(plain)          # the plan is the same; only copies within a rank go
+    shifted = [str(e.data.subset) for st in opt.states() for e in st.edges()
+               if e.data.data and e.data.data.startswith("__dsdfg_exp_arr") and "__i0" in str(e.data.subset)]
+    assert shifted and all("__dsdfg_k" in s for s in shifted)       # a map's global index minus the origin
+    opt.validate()

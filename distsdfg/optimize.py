@@ -235,7 +235,8 @@ def _merge_buffer(sdfg: SDFG, st, drop: str, keep: str) -> None:
     from dace import symbolic
     from dace.sdfg import nodes
     dd, kd = sdfg.arrays[drop], sdfg.arrays[keep]
-    delta = [symbolic.pystr_to_symbolic(str(a)) - symbolic.pystr_to_symbolic(str(b)) for a, b in zip(dd.offset, kd.offset)]
+    sym = symbolic.pystr_to_symbolic
+    delta = [sym(str(a)) - sym(str(b)) for a, b in zip(dd.offset, kd.offset)]
     shift = any(d != 0 for d in delta)
     for e in st.edges():
         m = e.data

@@ -122,17 +122,16 @@ def strided_elements(sig: Tuple, shape, P: int) -> int:
     """Elements of the rank blocks of a layout that are not one contiguous run of the row-major
     array: a scatter from rank 0 packs them, a gather unpacks them (splitting the outermost split
     dimension keeps every block contiguous)."""
-    start, size = _boxes(sig, tuple(shape), P)
-    total = 0
-    for q in range(P):
-        sz = size[q]
-        n = int(np.prod(np.maximum(sz, 0)))
-        if n == 0:
-            continue
-        cut = [d for d in range(len(shape)) if sz[d] != shape[d]]
-        if cut and any(sz[d] != 1 for d in range(cut[-1])):     # contiguous: ones, any, then whole
-            total += n
-    return total
+    _, size = _boxes(sig, tuple(shape), P)
+    nd = len(shape)
+    if nd == 0:
+        return 0
+    vol = np.prod(np.maximum(size, 0), axis=1)
+    dims = np.arange(nd)
+    cut = np.where(size != np.array(shape, dtype=np.int64)[None, :], dims[None, :], -1).max(axis=1)  # last partial dim
+    # one run: ones before the last partial dimension, whole after it
+    strided = ((size != 1) & (dims[None, :] < cut[:, None])).any(axis=1) & (vol > 0)
+    return int(vol[strided].sum())
 
 
 @functools.lru_cache(maxsize=1 << 16)

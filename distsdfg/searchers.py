@@ -82,14 +82,14 @@ class Problem:
     """Costs as arrays: ``vc[v][a]`` for candidate ``a`` of vertex ``v``, ``em(i)[a, b]`` for edge
     ``i`` with its producer on candidate ``a`` and its consumer on ``b``. Choices are indices."""
 
-    def __init__(self, g: EinGraph, model: CostModel, cands: List[List[Tuple[int, ...]]]):
+    def __init__(self, g: EinGraph, model: CostModel, cands: List[List[Tuple[int, ...]]], *, ties: bool = True):
         import numpy as np
         self.g, self.model, self.cands = g, model, cands
         self.splits = [[dict(zip(v.labels, d)) for d in cands[v.index]] for v in g.vertices]
         # A kernel in a loop, and the data it takes from its producers, cost once per iteration.
         self.vc = [v.repeats * np.array([model.value(model.vertex(g, v, sp)) for sp in self.splits[v.index]],
                                         dtype=float) for v in g.vertices]
-        self.tie = _ties(g, model, self.splits)
+        self.tie = _ties(g, model, self.splits) if ties else [np.zeros(len(sp)) for sp in self.splits]
         self.vc = [c + t for c, t in zip(self.vc, self.tie)]
         self._em: Dict[int, "np.ndarray"] = {}
         self.preds: Dict[int, List[int]] = {v.index: [] for v in g.vertices}
@@ -372,5 +372,5 @@ def data_parallel_schedule(g: EinGraph, nprocs: int) -> Schedule:
 
 def graph_cost(g: EinGraph, splits: Sequence[Tuple[int, ...]], model: CostModel) -> float:
     """The model's value of one assignment of vectors to the vertices of ``g``."""
-    pb = Problem(g, model, [[tuple(d)] for d in splits])
+    pb = Problem(g, model, [[tuple(d)] for d in splits], ties=False)
     return pb.value([0] * len(splits))

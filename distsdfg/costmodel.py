@@ -27,7 +27,7 @@ import numpy as np
 from .boxes import dim_groups
 from .eingraph import Edge, EinGraph, Operand, Vertex
 from .errors import OptionError
-from .layoutcost import Split, layout_bytes, layout_matrix, root_bytes, signature
+from .layoutcost import Split, layout_bytes, layout_matrix, root_bytes, signature, strided_elements
 
 __all__ = ["cost_join", "cost_agg", "cost_repart", "CostModel", "PaperModel", "BytesModel", "AlphaBetaModel",
            "calibrate", "get_model", "Split"]
@@ -117,8 +117,13 @@ ZERO = Cost()
 
 
 class CostModel:
-    """Prices a vertex and an edge; ``value`` turns a Cost into the number the search minimises."""
+    """Prices a vertex and an edge; ``value`` turns a Cost into the number the search minimises.
+
+    ``tie`` (optional) prices a vertex's local work that moves no bytes; the searchers use it only
+    to choose among schedules of equal ``value`` (``tie_scale``: the largest total it may add, below
+    the smallest difference of two values; 0 turns it off)."""
     name = "model"
+    tie_scale = 0.0
 
     def __init__(self, *, inputs: str = "root", memory_limit: Optional[int] = None):
         if inputs not in ("root", "distributed"):
@@ -136,6 +141,9 @@ class CostModel:
 
     def vertex(self, g: EinGraph, v: Vertex, split: Split) -> Cost:
         raise NotImplementedError
+
+    def tie(self, g: EinGraph, v: Vertex, split: Split) -> float:
+        return 0.0
 
     def edge(self, g: EinGraph, e: Edge, su: Split, sv: Split) -> Cost:
         raise NotImplementedError
@@ -196,10 +204,29 @@ class BytesModel(CostModel):
     to a signature (the split axes, their sizes and roles) and priced once per pair.
     """
     name = "bytes"
+    tie_scale = 0.5       # values are whole bytes: ties add less than one
 
     def __init__(self, **kw):
         super().__init__(**kw)
         self._pairs: Dict[Tuple, int] = {}
+
+    def tie(self, g, v, split):
+        """Bytes rank 0 packs or unpacks (scattered and gathered blocks that are not contiguous)
+        plus the bytes partial sums add up: among schedules moving equal bytes, the one that
+        splits the outermost dimension and adds no reduction is the faster (docs/planner.md)."""
+        p = _ranks(v, split)
+        n = 0
+        if self.inputs == "root":
+            for arr in g.program_inputs.get(v.index, []):
+                o = g.operand(v.index, arr, output=False)
+                n += strided_elements(signature(v, split, o, partial=False), tuple(o.shape), p) * o.itemsize
+            for arr in g.program_outputs.get(v.index, []):
+                o = g.operand(v.index, arr, output=True)
+                n += strided_elements(signature(v, split, o, partial=v.partial), tuple(o.shape), p) * o.itemsize
+        k = math.prod(split.get(l, 1) for l in v.agg)
+        if v.partial and k > 1:
+            n += sum(block_size(o, split) * o.itemsize for o in v.outputs) * (k - 1) * (p // k)
+        return float(n)
 
     def vertex(self, g, v, split):
         p = _ranks(v, split)

@@ -18,7 +18,7 @@ from .boxes import reshape_box
 from .eingraph import Operand, Vertex
 from .tiling import block_span
 
-__all__ = ["Split", "signature", "layout_bytes", "layout_matrix", "root_bytes"]
+__all__ = ["Split", "signature", "layout_bytes", "layout_matrix", "root_bytes", "strided_elements"]
 
 #: A partitioning vector as a mapping label -> parts.
 Split = Dict[str, int]
@@ -115,6 +115,23 @@ def root_bytes(sig: Tuple, shape, P: int, what: str) -> int:
     if what == "reduce":
         return members if any(r == "A" for _, r in sig) else 0
     return int(sum(vol[q] for q in first.values() if q != 0))
+
+
+@functools.lru_cache(maxsize=65536)
+def strided_elements(sig: Tuple, shape, P: int) -> int:
+    """Elements of the rank blocks of a layout that are not one contiguous run of the row-major
+    array: a scatter from rank 0 packs them, a gather unpacks them (splitting the outermost split
+    dimension keeps every block contiguous)."""
+    _, size = _boxes(sig, tuple(shape), P)
+    nd = len(shape)
+    if nd == 0:
+        return 0
+    vol = np.prod(np.maximum(size, 0), axis=1)
+    dims = np.arange(nd)
+    cut = np.where(size != np.array(shape, dtype=np.int64)[None, :], dims[None, :], -1).max(axis=1)  # last partial dim
+    # one run: ones before the last partial dimension, whole after it
+    strided = ((size != 1) & (dims[None, :] < cut[:, None])).any(axis=1) & (vol > 0)
+    return int(vol[strided].sum())
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -5,7 +5,7 @@
 ``DistributedMemlet`` keeps the buffers it reads and writes, and a buffer some step or
 another state uses is never removed. What changes:
 
-Steps 1 to 3 apply to straight-line programs with root placement (see ``optimize_lowered``).
+Steps 1 to 4 apply to straight-line programs with root placement (see ``optimize_lowered``).
 
 1. Kernels on the same process grid share their rank-coordinate symbols (a rank has the same
    coordinates in equal grids), so their tiled map ranges become equal expressions.
@@ -16,7 +16,11 @@ Steps 1 to 3 apply to straight-line programs with root placement (see ``optimize
    argument or result it gathers to) is removed and the kernel reads and writes the argument
    itself (``alias_whole_blocks``): no copy, no full-size temporary. The program then runs on
    rank 0 alone; other ranks of a larger communicator return None.
-4. ``Reduce`` library nodes expand to DaCe's ``pure-seq`` implementation, its accumulator read out by
+4. With more ranks, a ``redist`` step that only copies a rank's block between a map kernel's and a
+   library kernel's buffers of one grid (the lowering shares a buffer only between kernels of one
+   kind: map buffers are indexed from their block's origin, library buffers from zero) is removed
+   and the two buffers become one, the map's indices shifted (``alias_local_copies``).
+5. ``Reduce`` library nodes expand to DaCe's ``pure-seq`` implementation, its accumulator read out by
    value (``dace_compat.sequential_reduce``: the inner loop vectorizes) (a map over the kept
    axes around a sequential loop over the reduced ones), several times faster than the
    default ``pure`` expansion, which accumulates every element through a write-conflict
@@ -30,7 +34,7 @@ from typing import Dict, List
 
 from dace.sdfg import SDFG
 
-__all__ = ["optimize_lowered", "enabled", "alias_whole_blocks"]
+__all__ = ["optimize_lowered", "enabled", "alias_whole_blocks", "alias_local_copies"]
 
 
 def enabled(optimize) -> bool:
@@ -194,6 +198,123 @@ def alias_whole_blocks(sdfg: SDFG, low) -> int:
     return len(removed)
 
 
+def _same_layout(src, dst) -> bool:
+    """Two layouts (``plan.Layout``) give every rank the same block at the same origin: a ``redist``
+    between them is a copy within each rank. Their kernels' rank symbols may differ in name; equal
+    grids (up to axes of size one) number ranks alike, so their split axes are matched in order."""
+    import sympy
+    from dace import symbolic
+
+    from .exprs import same_value
+    if (src.op or dst.op or src.view_shape or dst.view_shape or src.home or dst.home or src.clip or dst.clip
+            or len(src.boxes) != 1 or len(dst.boxes) != 1):
+        return False
+    mine = [(s, g) for s, g in zip(dst.rank_syms, dst.grid) if g > 1]
+    theirs = [(s, g) for s, g in zip(src.rank_syms, src.grid) if g > 1]
+    if [g for _, g in mine] != [g for _, g in theirs] or not all(s for s, _ in mine + theirs):
+        return False
+    axes = [sympy.Symbol(f"__dsdfg_axis{i}") for i in range(len(mine))]
+
+    def neutral(expr, names):
+        e = symbolic.pystr_to_symbolic(str(expr))
+        return e.xreplace({x: names[x.name] for x in e.free_symbols if x.name in names})
+    a_n = {s: n for (s, _), n in zip(mine, axes)}
+    b_n = {s: n for (s, _), n in zip(theirs, axes)}
+    pairs = list(zip(dst.origin, src.origin)) + list(zip(dst.local_shape, src.local_shape))
+    for (s0, e0), (s1, e1) in zip(dst.boxes[0], src.boxes[0]):
+        pairs += [(s0, s1), (e0, e1)]
+    if len(dst.origin) != len(src.origin) or len(dst.boxes[0]) != len(src.boxes[0]):
+        return False
+    return all(same_value(neutral(a, a_n), neutral(b, b_n)) for a, b in pairs)
+
+
+def _merge_buffer(sdfg: SDFG, st, drop: str, keep: str) -> None:
+    """Every use of local buffer ``drop`` in ``st`` becomes a use of ``keep`` (same block, same
+    shape and strides, possibly another index offset: map buffers are indexed from their block's
+    origin, library buffers from zero), its subsets shifted by the difference of the offsets."""
+    from dace import symbolic
+    from dace.sdfg import nodes
+    dd, kd = sdfg.arrays[drop], sdfg.arrays[keep]
+    sym = symbolic.pystr_to_symbolic
+    delta = [sym(str(a)) - sym(str(b)) for a, b in zip(dd.offset, kd.offset)]
+    shift = any(d != 0 for d in delta)
+    for e in st.edges():
+        m = e.data
+        if m.data == drop:
+            m.data = keep
+            if shift and m.subset is not None:
+                m.subset.offset(delta, False)
+        elif m.other_subset is not None and shift and any(
+                isinstance(n, nodes.AccessNode) and n.data == drop for n in (e.src, e.dst)):
+            m.other_subset.offset(delta, False)
+    for n in st.data_nodes():
+        if n.data == drop:
+            n.data = keep
+
+
+def alias_local_copies(sdfg: SDFG, low) -> int:
+    """Drop the ``redist`` steps that only copy a rank's block between two local buffers of one
+    process grid (a map kernel's and a library kernel's: the lowering shares a buffer only between
+    kernels of one kind, since map buffers are indexed from their block's origin and library
+    buffers from zero); the consumer reads the producer's buffer, its indices shifted.
+
+    Only where no value can change: both buffers are transients of one state with equal shapes
+    and strides, the copy is the only write of its destination and the source is written once
+    (by its producer, before the copy). Returns how many steps were removed."""
+    from dace import data as dt
+    from dace.sdfg import nodes
+
+    from .mpi import DistributedMemlet
+    specs = {s.index: s for s in low.steps}
+    writes: Dict[str, int] = {}
+    where: Dict[str, set] = {}
+    for st in sdfg.all_states():
+        for n in st.data_nodes():
+            writes[n.data] = writes.get(n.data, 0) + st.in_degree(n)
+            where.setdefault(n.data, set()).add(id(st))
+    removed = 0
+    for st in sdfg.states():
+        for node in list(st.nodes()):
+            if not isinstance(node, DistributedMemlet):
+                continue
+            spec = specs.get(node.step)
+            if (spec is None or spec.kind != "redist" or spec.source is None or spec.acc or spec.inplace
+                    or not _same_layout(spec.source, spec.layout)):
+                continue
+            ins = [e for e in st.in_edges(node) if e.dst_conn == "_in"]
+            outs = [e for e in st.out_edges(node) if e.src_conn == "_out"]
+            if len(ins) != 1 or len(outs) != 1:
+                continue
+            src, dst = ins[0].src, outs[0].dst
+            if not (isinstance(src, nodes.AccessNode) and isinstance(dst, nodes.AccessNode)) or src.data == dst.data:
+                continue
+            a, b = sdfg.arrays[src.data], sdfg.arrays[dst.data]
+            if (type(a) is not dt.Array or type(b) is not dt.Array or not a.transient or not b.transient
+                    or a.dtype != b.dtype or a.storage != b.storage or where.get(src.data) != {id(st)}
+                    or where.get(dst.data) != {id(st)} or writes.get(dst.data) != 1 or writes.get(src.data, 0) > 1
+                    or not _same(a.shape, b.shape) or not _same(a.strides, b.strides)):
+                continue
+            source_writes = writes.get(src.data, 0)
+            for e in list(st.out_edges(dst)):           # the consumers read the source's node
+                st.add_edge(src, e.src_conn, e.dst, e.dst_conn, e.data)
+                st.remove_edge(e)
+            feeds = [e.src for e in st.in_edges(node) if e.dst_conn in ("_plan", "_comm")]
+            st.remove_node(node)
+            for n in [dst] + feeds:
+                if n in st.nodes() and st.degree(n) == 0:
+                    st.remove_node(n)
+            # Keep the buffer indexed from zero (the library kernel's) where there is one.
+            zero_b = all(str(o) == "0" for o in b.offset)
+            drop, keep = (src.data, dst.data) if zero_b and not all(str(o) == "0" for o in a.offset) else \
+                (dst.data, src.data)
+            _merge_buffer(sdfg, st, drop, keep)
+            if not any(n.data == drop for s in sdfg.all_states() for n in s.data_nodes()):
+                sdfg.remove_data(drop, validate=False)
+            writes[keep] = source_writes
+            removed += 1
+    return removed
+
+
 def optimize_lowered(sdfg: SDFG, low, *, straight: bool, one_rank: bool = False) -> Dict[str, int]:
     """Optimise the ranks' kernels of a lowered CPU program in place; returns what was done.
 
@@ -228,6 +349,8 @@ def optimize_lowered(sdfg: SDFG, low, *, straight: bool, one_rank: bool = False)
             copy_into(sdfg, trial)
             done["fused"] = ok
             dc.remove_unused_transients(sdfg, before)
+    if straight and not low.homes and not low.boundary and low.nprocs > 1:
+        done["local_copies"] = alias_local_copies(sdfg, low)
     if one_rank and straight and not low.homes and not low.boundary and low.nprocs == 1:
         done["aliased"] = alias_whole_blocks(sdfg, low)
         low.rank0_only = True

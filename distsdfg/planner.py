@@ -50,7 +50,7 @@ def search(g: EinGraph, nprocs: int, model: CostModel, searcher: str = "dp", *,
     pb = Problem(g, model, cands)
     pb.seeds = [pb.index_of(data_parallel_schedule(g, nprocs)), pb.index_of(sqrt_schedule(g, nprocs))]
     idx = SEARCHERS[searcher](pb)
-    return Plan(tuple(cands[v][a] for v, a in enumerate(idx)), pb.total(idx))
+    return Plan(tuple(cands[v][a] for v, a in enumerate(idx)), pb.value(idx))
 
 
 # -- baselines ----------------------------------------------------------------------------------------
@@ -193,7 +193,7 @@ def explain(sdfg: SDFG, schedule=None, *, nprocs: Optional[int] = None, cost_mod
                 c = c + pb.em(i)[:, cur[e.dst]]
         return c
 
-    total = pb.total([cur[v.index] for v in g.vertices])
+    total = pb.value([cur[v.index] for v in g.vertices])
     lines = [f"schedule for {sdfg.name} on {P} ranks, model {model.name}: predicted total {_fmt(total, unit)}",
              f"  {'map':48s} {'grid':18s} cost of the map and its incoming and outgoing data"]
     for v in g.vertices:

@@ -82,13 +82,15 @@ class Problem:
     """Costs as arrays: ``vc[v][a]`` for candidate ``a`` of vertex ``v``, ``em(i)[a, b]`` for edge
     ``i`` with its producer on candidate ``a`` and its consumer on ``b``. Choices are indices."""
 
-    def __init__(self, g: EinGraph, model: CostModel, cands: List[List[Tuple[int, ...]]]):
+    def __init__(self, g: EinGraph, model: CostModel, cands: List[List[Tuple[int, ...]]], *, ties: bool = True):
         import numpy as np
         self.g, self.model, self.cands = g, model, cands
         self.splits = [[dict(zip(v.labels, d)) for d in cands[v.index]] for v in g.vertices]
         # A kernel in a loop, and the data it takes from its producers, cost once per iteration.
         self.vc = [v.repeats * np.array([model.value(model.vertex(g, v, sp)) for sp in self.splits[v.index]],
                                         dtype=float) for v in g.vertices]
+        self.tie = _ties(g, model, self.splits) if ties else [np.zeros(len(sp)) for sp in self.splits]
+        self.vc = [c + t for c, t in zip(self.vc, self.tie)]
         self._em: Dict[int, "np.ndarray"] = {}
         self.preds: Dict[int, List[int]] = {v.index: [] for v in g.vertices}
         for i, e in enumerate(g.edges):
@@ -111,9 +113,14 @@ class Problem:
         return self._em[i]
 
     def total(self, idx: Sequence[int]) -> float:
+        """What the searchers minimise: the model's value plus the tie-break (see ``_ties``)."""
         t = sum(float(self.vc[v][idx[v]]) for v in range(len(idx)))
         t += sum(float(self.em(i)[idx[e.src], idx[e.dst]]) for i, e in enumerate(self.g.edges))
         return t
+
+    def value(self, idx: Sequence[int]) -> float:
+        """The model's value of a choice (without the tie-break)."""
+        return self.total(idx) - sum(float(self.tie[v][idx[v]]) for v in range(len(idx)))
 
     def incoming(self, v: int, fixed: Dict[int, int], skip: Sequence[int] = ()):
         """Cost vector over ``v``'s candidates of its edges from producers already fixed."""
@@ -133,6 +140,22 @@ class Problem:
             if self.g.edges[i].src == u:
                 m = m + self.em(i)
         return m
+
+
+def _ties(g: EinGraph, model: CostModel, splits) -> List:
+    """Per vertex and candidate, the model's ``tie`` scaled so that all vertices together add at
+    most ``model.tie_scale`` (less than any difference of two values): the search stays exact
+    under the model and only chooses among equal values by it."""
+    import numpy as np
+    scale = float(getattr(model, "tie_scale", 0.0) or 0.0)
+    zero = [np.zeros(len(s)) for s in splits]
+    if scale <= 0:
+        return zero
+    raw = [v.repeats * np.array([model.tie(g, v, sp) for sp in splits[v.index]], dtype=float) for v in g.vertices]
+    norm = sum(float(r.max()) for r in raw if len(r))
+    if norm <= 0:
+        return zero
+    return [scale * r / norm for r in raw]
 
 
 # -- searchers (each returns one candidate index per vertex) -----------------------------------------
@@ -349,5 +372,5 @@ def data_parallel_schedule(g: EinGraph, nprocs: int) -> Schedule:
 
 def graph_cost(g: EinGraph, splits: Sequence[Tuple[int, ...]], model: CostModel) -> float:
     """The model's value of one assignment of vectors to the vertices of ``g``."""
-    pb = Problem(g, model, [[tuple(d)] for d in splits])
-    return pb.total([0] * len(splits))
+    pb = Problem(g, model, [[tuple(d)] for d in splits], ties=False)
+    return pb.value([0] * len(splits))

@@ -156,6 +156,30 @@ def test_lower_auto():
         distsdfg.lower(p.sdfg(), "auto")
 
 
+def test_strided_elements_counts_blocks_that_are_not_one_run():
+    from distsdfg.layoutcost import strided_elements
+    shape = (8, 16, 4, 4)
+    assert strided_elements(((2, 0),), shape, 2) == 0                      # halves of the outermost axis
+    assert strided_elements(((2, 1),), shape, 2) == math.prod(shape)       # 8 runs per block
+    assert strided_elements(((2, 0), (2, 2)), shape, 4) == math.prod(shape)
+    assert strided_elements(((2, 1),), (1, 16, 4), 2) == 0                 # a leading 1 keeps a run
+    assert strided_elements(((2, "A"),), shape, 2) == 0                    # partial blocks are whole
+
+
+def test_equal_bytes_prefer_outer_splits_without_reduction():
+    """At P = 2 the row, column and inner splits of A @ B move the same bytes from rank 0; the
+    search takes the row split (contiguous blocks, no partial sums), softmax the batch split."""
+    for name, sizes, want in (("matmul", dict(M=256, N=256, K=256), (2, 1, 1)), ("softmax", {}, (2, 1, 1, 1))):
+        sd, g, sizes = _graph(name, **sizes)
+        m = get_model("bytes")
+        plan = search(g, 2, m, "dp")
+        assert all(d == want for d in plan.splits), (name, plan.splits)
+        assert plan.value == search(g, 2, m, "exhaustive").value == graph_cost(g, plan.splits, m)
+        others = [[d] * len(g.vertices) for d in viable(g.vertices[0], 2) if d != want]
+        assert all(graph_cost(g, o, m) == plan.value for o in others if len(g.vertices) == 1)
+        assert dict(distsdfg.auto_schedule(sd, 2, **sizes).grids) == {v.key: want for v in g.vertices}
+
+
 def test_symbolic_sizes_must_be_given():
     with pytest.raises(DistributedLoweringError, match="`M`|`K`|`N`"):
         distsdfg.auto_schedule(get("matmul").sdfg(), 4)

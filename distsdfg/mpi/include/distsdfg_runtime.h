@@ -34,6 +34,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -586,22 +587,29 @@ void scatter(const Step& s, const T* global, T* local, Context& ctx) {
         std::vector<int> counts(mem.size()), displs;
         Array<T> sendbuf;
         const T* send = global;
+        bool in_place = false;
         if (me == 0) {
             for (size_t i = 0; i < mem.size(); ++i) counts[i] = int(s.count(mem[i]));
             displs = global_displs(s, mem);     // send from the global array itself
             if (displs.empty()) {               // else pack the blocks one after another
+                // (host buffers: all but mine, which goes straight where it belongs)
+                in_place = std::is_base_of<HostMem, Mem>::value;
                 int64_t total = 0;
                 displs.resize(mem.size());
                 for (size_t i = 0; i < mem.size(); ++i) {
-                    displs[i] = int(total);
-                    total += counts[i];
+                    const bool skip = in_place && mem[i] == me;
+                    displs[i] = int(skip ? 0 : total);
+                    if (!skip) total += counts[i];
                 }
                 sendbuf.reset(total);
-                for (size_t i = 0; i < mem.size(); ++i) pack_global(s, global, mem[i], sendbuf.data() + displs[i]);
+                for (size_t i = 0; i < mem.size(); ++i)
+                    if (!(in_place && mem[i] == me)) pack_global(s, global, mem[i], sendbuf.data() + displs[i]);
+                if (in_place) pack_global(s, global, int64_t(me), recv);
                 send = sendbuf.data();
             }
         }
-        check(MPI_Scatterv(send, counts.data(), displs.data(), ty, recv, int(n), ty, 0, pc), "Scatterv");
+        check(MPI_Scatterv(send, counts.data(), displs.data(), ty, in_place ? MPI_IN_PLACE : static_cast<void*>(recv),
+                           int(n), ty, 0, pc), "Scatterv");
     }
     if ((s.flags() & F_REPL) && s.rcolor(me) >= 0) {
         check(MPI_Bcast(recv, int(n), ty, 0, rc), "Bcast");
@@ -648,9 +656,20 @@ void gather(const Step& s, const T* local, T* global, Context& ctx, bool reduce)
             return;
         }
     }
+    // A plain copy keeps rank 0's own block out of the receive buffer: it is unpacked from ``send``.
+    const bool own = std::is_base_of<HostMem, Mem>::value && me == 0 && !merge && !(reduce && (acc || mask)) &&
+                     !overlaps(send, n, static_cast<const T*>(global), s.gextent());
+    if (own) {
+        total = 0;
+        for (size_t i = 0; i < mem.size(); ++i) {
+            displs[i] = int(mem[i] == me ? 0 : total);
+            if (mem[i] != me) total += counts[i];
+        }
+    }
     Array<T> recvbuf;
     if (me == 0) recvbuf.reset(total);
-    check(MPI_Gatherv(send, int(n), ty, recvbuf.data(), counts.data(), displs.data(), ty, 0, pc), "Gatherv");
+    check(MPI_Gatherv(own ? MPI_IN_PLACE : static_cast<const void*>(send), int(n), ty, recvbuf.data(), counts.data(),
+                      displs.data(), ty, 0, pc), "Gatherv");
     if (me != 0) return;
     const int64_t nd = s.ndim();
     const int64_t gsize = s.gextent();
@@ -659,8 +678,8 @@ void gather(const Step& s, const T* local, T* global, Context& ctx, bool reduce)
     if (merge) snapshot.assign(global, global + gsize);
     if (mask) seen.assign(gsize, 0);
     for (size_t i = 0; i < mem.size(); ++i) {
-        const T* src = recvbuf.data() + displs[i];
         int64_t q = mem[i];
+        const T* src = own && q == me ? send : recvbuf.data() + displs[i];
         for_runs_strided(nd, s.gstrides(), s.start(q), s.size(q), [&](int64_t off, int64_t p, int64_t len) {
             for (int64_t j = 0; j < len; ++j) {
                 T v = src[p + j];

@@ -144,6 +144,13 @@ def _reshape_box(box: Box, vshape: Tuple[int, ...], tshape: Tuple[int, ...]) -> 
             for d in gt:
                 start[d], size[d] = 0, tshape[d]
             continue
+        got = _interval_box([box[0][d] for d in gv], [box[1][d] for d in gv], vs, ts)
+        if got is not None:
+            if got is False:
+                raise ValueError(f"block {box} of shape {tuple(vshape)} is not a block of shape {tuple(tshape)}")
+            for k, d in enumerate(gt):
+                start[d], size[d] = got[0][k], got[1][k]
+            continue
         axes = [np.arange(box[0][d], box[0][d] + box[1][d]) for d in gv]
         flat = np.ravel_multi_index(np.meshgrid(*axes, indexing="ij"), vs).ravel()
         coords = np.unravel_index(flat, ts)
@@ -157,6 +164,37 @@ def _reshape_box(box: Box, vshape: Tuple[int, ...], tshape: Tuple[int, ...]) -> 
         for k, d in enumerate(gt):
             start[d], size[d] = lo[k], hi[k] - lo[k] + 1
     return tuple(start), tuple(size)
+
+
+def _interval_box(starts, sizes, vs, ts):
+    """A box of shape ``vs`` whose elements are one run in row-major order (leading extents of 1,
+    then one partial dimension, then whole ones), as a box of shape ``ts``: ``(start, size)``,
+    False where that run is no box of ``ts``, None where the box is no single run (then the
+    caller enumerates its elements). A run is a box exactly when the box between its first and
+    last element's coordinates holds as many elements as the run."""
+    nv = len(vs)
+    p = next((i for i in range(nv) if sizes[i] != 1), nv - 1)
+    if any(starts[i] != 0 or sizes[i] != vs[i] for i in range(p + 1, nv)):
+        return None if len(ts) > 1 else False
+    first, count = 0, 1
+    for a, n, v in zip(starts, sizes, vs):
+        first = first * v + a
+        count *= n
+    lo, hi = _unravel(first, ts), _unravel(first + count - 1, ts)
+    vol = 1
+    for a, b in zip(lo, hi):
+        vol *= max(b - a + 1, 0)
+    if vol != count:
+        return False
+    return lo, [b - a + 1 for a, b in zip(lo, hi)]
+
+
+def _unravel(flat: int, shape) -> List[int]:
+    out = []
+    for n in reversed(shape):
+        flat, c = divmod(flat, n)
+        out.append(c)
+    return out[::-1]
 
 
 def common_refinement(shapes: Sequence[Sequence[int]]) -> Optional[Tuple[int, ...]]:

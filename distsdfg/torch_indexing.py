@@ -17,8 +17,7 @@ from typing import Callable, Dict
 
 import numpy as np
 
-from .torch_ops import (UnsupportedOpError, Val, _matmul_line, _reshape_line, broadcast_index, literal,
-                        reduce)
+from .torch_emit import UnsupportedOpError, Val, broadcast_index, literal, matmul_line, reduce, reshape_line
 
 __all__ = ["INDEXING_EMITTERS"]
 
@@ -136,16 +135,16 @@ def _index_put(em, name, meta, args, kwargs):
     n = int(np.prod(idx.shape)) if idx.shape else 1
     width = int(np.prod(rest)) if rest else 1
     idx = em.materialize(idx, name + "_idx")
-    flat_idx = _reshape_line(em, name + "_idx_flat", idx, (n,))
+    flat_idx = reshape_line(em, name + "_idx_flat", idx, (n,))
     full = tuple(idx.shape) + rest
     if values.is_const or tuple(values.shape) != full:
         values = em.elementwise(name + "_values", full, dtype, [values], "a0")
-    vals = _reshape_line(em, name + "_values_flat", em.materialize(values, name + "_values"), (n, width))
+    vals = reshape_line(em, name + "_values_flat", em.materialize(values, name + "_values"), (n, width))
     onehot = em.empty(name + "_onehot", (rows, n), dtype)
     em.kernel(onehot.name[2:], (rows, n), [("_t", flat_idx.name, "i1")], [("_o", onehot.name, "i0, i1")],
               f"_o = ({literal(1, dtype)} if {_wrapped('_t', rows, idx.dtype)} == i0 else {literal(0, dtype)})")
-    summed = _matmul_line(em, name + "_sum", onehot, vals, (rows, width))
-    summed = _reshape_line(em, name + "_rows", summed, shape)
+    summed = matmul_line(em, name + "_sum", onehot, vals, (rows, width))
+    summed = reshape_line(em, name + "_rows", summed, shape)
     if base.is_const and base.const == 0:
         return summed
     return em.elementwise(name, shape, dtype, [base, summed], "a0 + a1")

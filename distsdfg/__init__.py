@@ -10,7 +10,8 @@ from .api import maps, lower, compile, comm_report, comm_plans, schedule_by_labe
 from .costmodel import PaperModel, BytesModel, AlphaBetaModel, calibrate
 from .placement import ArrayLayout, layout
 from .sharding import schedule_from_shardings
-from .torch_frontend import TorchProgram, from_torch, from_torch_train_step
+from .torch_frontend import TorchProgram, from_torch
+from .torch_training import from_torch_train_step
 
 __all__ = ["Schedule", "MapInfo", "CommStep", "CommPlan", "maps", "lower", "compile", "comm_report", "comm_plans",
            "schedule_by_label", "auto_schedule", "schedule_cost", "explain", "PaperModel", "BytesModel",

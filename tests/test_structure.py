@@ -28,7 +28,6 @@ KNOWN_LONG = {
     "distsdfg.dace_compat",     # the DaCe adapter; split by concern (SDFG editing, codegen, build)
     "distsdfg.loops",           # MachineRewriter (being extended in parallel work)
     "distsdfg.lowering",        # the rewriter and lower_sdfg (being extended in parallel work)
-    "distsdfg.torch_frontend",  # the torch frontend (being extended in parallel work)
     "distsdfg.testing.programs",  # the test-program registry
 }
 

@@ -95,7 +95,8 @@ def _rel(a, b) -> float:
 def run_case(case: str, comm) -> dict:
     import distsdfg
     from distsdfg.testing.mpirun import counted_call
-    from distsdfg.torch_frontend import from_torch, from_torch_train_step
+    from distsdfg.torch_frontend import from_torch
+    from distsdfg.torch_training import from_torch_train_step
     torch = _torch()
     model_name, mode, shard = case.split(":")
     make, shape, classes = MODELS[model_name]

@@ -18,9 +18,6 @@ KNOWN_CYCLES = [
     # MachineRewriter (loops) subclasses lowering._Rewriter, and lower_sdfg picks it for programs
     # with loops. Breaking this means moving lower_sdfg or the rewriter base out of lowering.py.
     {"distsdfg.loops", "distsdfg.lowering"},
-    # The test-program registry (programs.PROGRAMS) pulls in the families that build on Program.
-    {"distsdfg.testing.programs", "distsdfg.testing.accumulations", "distsdfg.testing.transformed",
-     "distsdfg.testing.triangular"},
 ]
 
 #: Modules over MAX_LINES lines, not yet split.

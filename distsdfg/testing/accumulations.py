@@ -9,7 +9,7 @@ node, which needs even blocks) splits evenly on 2, 3 and 4 ranks.
 import dace
 import numpy as np
 
-from .programs import Program
+from .program import Program
 
 __all__ = ["ACCUMULATIONS"]
 

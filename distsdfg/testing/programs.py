@@ -1,30 +1,16 @@
 """Sample programs (the thesis' examples and more), each with a NumPy reference and input maker."""
 
-import dataclasses
-from typing import Callable, Dict, Tuple
+from typing import Dict
 
 import dace
 import numpy as np
+
+from .program import Program
 
 __all__ = ["Program", "PROGRAMS", "get"]
 
 M, N, K = (dace.symbol(s) for s in ("M", "N", "K"))
 SM, SN, NNZ = (dace.symbol(s) for s in ("SM", "SN", "NNZ"))
-
-
-@dataclasses.dataclass(frozen=True)
-class Program:
-    name: str
-    prog: object                              # the @dace.program
-    inputs: Callable[[np.random.Generator], Dict[str, np.ndarray]]
-    reference: Callable[..., object]
-    symbols: Tuple[Tuple[str, int], ...] = ()
-    #: Arguments the program updates in place; ``reference`` then returns their final values as a dict.
-    outputs: Tuple[str, ...] = ()
-
-    def sdfg(self):
-        sd = self.prog.to_sdfg()
-        return sd
 
 
 @dace.program

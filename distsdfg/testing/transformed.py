@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 
-from .programs import Program
+from .program import Program
 
 __all__ = ["TRANSFORMS", "TransformedProgram", "transformed"]
 

@@ -7,7 +7,7 @@ leading axis of a 3-D array (a doitgen-like shape).
 import dace
 import numpy as np
 
-from .programs import Program
+from .program import Program
 
 __all__ = ["TRIANGULAR"]
 

@@ -11,7 +11,7 @@ from .checks import require_sdfg
 from .deferred import Deferred, DeferredProgram, defer
 from .errors import GridShapeError, InputError, OptionError, ScheduleError, SizeError, SymbolicSizeError
 from .kernels import MapInfo, find_kernels, maps
-from .lowering import lower_sdfg
+from .pipeline import lower_sdfg
 from .placement import boundary_pricing, placed_arrays
 from .planner import auto_schedule, explain, schedule_cost
 from .report import comm_plans, comm_report

@@ -25,7 +25,7 @@ from dace.sdfg import SDFG
 from . import dace_compat as dc
 from . import errors
 from .errors import DistributedLoweringError, InputError, SymbolicSizeError
-from .lowering import lower_sdfg
+from .pipeline import lower_sdfg
 from .placement import boundary_pricing, placed_arrays
 from .planner import auto_schedule
 from .runtime import DistributedProgram, compile_distributed, idle_bcast

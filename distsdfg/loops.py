@@ -1,7 +1,7 @@
 """Lowering of programs with control flow: arrays stay distributed across loop iterations.
 
 With loops or branches the program order of kernels is no longer a straight line, so the
-data-flow rewriting of ``lowering._Rewriter`` runs state by state and every state boundary
+data-flow rewriting of ``lowering.Rewriter`` runs state by state and every state boundary
 keeps one fixed arrangement per array:
 
 * **home** arrays (touched by a kernel split over several ranks and live across states) live
@@ -34,7 +34,7 @@ from dace.sdfg import SDFG, SDFGState, nodes
 from . import dace_compat as dc
 from .constraints import ArrayConstraint, KernelPlan
 from .errors import DistributedLoweringError
-from .lowering import ArrayState, Holding, _Rewriter
+from .lowering import ArrayState, Holding, Rewriter
 from .controlflow import loop_trips
 from .plan import ALL_HOME, ROOT_HOME, HomeSpec, Layout, StepSpec
 
@@ -59,8 +59,8 @@ class _Home:
     global_shape: Tuple[str, ...]
 
 
-class MachineRewriter(_Rewriter):
-    """``_Rewriter`` for a state machine: per state, with homes and replicated arrays at boundaries."""
+class MachineRewriter(Rewriter):
+    """``Rewriter`` for a state machine: per state, with homes and replicated arrays at boundaries."""
 
     def __init__(self, sdfg: SDFG, *, viewed: set, views: Dict[str, str], placed: Set[str] = frozenset()):
         super().__init__(sdfg, linear=False, viewed=viewed, views=views)

@@ -28,7 +28,7 @@ from .eingraph import EinGraph, build_graph
 from .checks import positive_int, require_sdfg
 from .errors import DistributedLoweringError, OptionError, ScheduleError, SymbolicSizeError
 from .kernels import maps
-from .lowering import lower_sdfg, validate_lowered
+from .pipeline import lower_sdfg, validate_lowered
 from .prune import multilevel
 from .report import comm_report, sent_once
 from .schedule import Schedule, as_schedule

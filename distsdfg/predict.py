@@ -40,7 +40,7 @@ from . import dace_compat as dc
 from .eingraph import build_graph
 from .errors import OptionError
 from .placement import boundary_pricing
-from .lowering import lower_sdfg
+from .pipeline import lower_sdfg
 from .planner import auto_schedule
 from .report import comm_report
 from .schedule import as_schedule

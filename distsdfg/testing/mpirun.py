@@ -33,7 +33,7 @@ def parse_case(text: str):
 
 
 def _lower(sdfg, sched, target: str, buffers: str):
-    from distsdfg.lowering import lower_sdfg
+    from distsdfg.pipeline import lower_sdfg
     from distsdfg.schedule import as_schedule
     lower_sdfg(sdfg, as_schedule(sched), target=target, comm=buffers)
 

@@ -34,39 +34,24 @@ from dace.sdfg import SDFG, SDFGState, nodes
 from . import dace_compat as dc
 from .constraints import ArrayConstraint, KernelPlan
 from .errors import DistributedLoweringError
-from .lowering import ArrayState, Holding, Rewriter
+from .lowered import ArrayState, Holding
+from .boundary import BoundarySteps
+from .homes import Home, HomePlanning
+from .lowering import Rewriter
 from .controlflow import loop_trips
 from .plan import ALL_HOME, ROOT_HOME, HomeSpec, Layout, StepSpec
 
 __all__ = ["MachineRewriter", "loop_trips"]
 
 
-def _work(kp: KernelPlan) -> int:
-    from .tiling import rough_work
-    return max(rough_work(m.info.ranges) for m in kp.kernel.maps)
-
-
-@dataclasses.dataclass
-class _Home:
-    """A home being built: ``HomeSpec`` without the accesses frozen yet."""
-    name: str
-    array: str
-    buffer: str
-    anchor: Layout
-    accesses: List[Layout]
-    origin_syms: Tuple[str, ...]
-    shape_syms: Tuple[str, ...]
-    global_shape: Tuple[str, ...]
-
-
-class MachineRewriter(Rewriter):
+class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
     """``Rewriter`` for a state machine: per state, with homes and replicated arrays at boundaries."""
 
     def __init__(self, sdfg: SDFG, *, viewed: set, views: Dict[str, str], placed: Set[str] = frozenset()):
         super().__init__(sdfg, linear=False, viewed=viewed, views=views)
         self.placed = set(placed)            # arguments in distributed placement (see placement.py)
         self.boundary: Dict[str, str] = {}   # placed array -> the home whose owned blocks users pass
-        self.homes: Dict[str, _Home] = {}
+        self.homes: Dict[str, Home] = {}
         self.extra_homes: List[HomeSpec] = []
         self.repl: Set[str] = set()
         self.live: Set[str] = set()          # arrays whose value crosses a state boundary
@@ -75,92 +60,6 @@ class MachineRewriter(Rewriter):
         self.readers: Dict[str, List[nodes.Node]] = {}   # home buffer -> nodes done reading it since
         self.alias_written: Set[Tuple[int, str]] = set()
         self.alias_read: Set[str] = set()
-
-    # -- classification -----------------------------------------------------------------------
-    def _size_one(self, name: str) -> bool:
-        desc = self.sdfg.arrays[name]
-        return sympy.sympify(desc.total_size) == 1
-
-    def classify(self, states: List[SDFGState], events: Dict[SDFGState, List[Tuple]],
-                 trips: Dict[SDFGState, Tuple[str, bool]]):
-        arrays = self.sdfg.arrays
-        for name, desc in arrays.items():
-            if (not isinstance(desc, (dt.View, dt.Scalar)) and name not in self.viewed and name not in self.views
-                    and self._size_one(name)):
-                self.repl.add(name)
-        split: Dict[str, List[Tuple[bool, KernelPlan, str, ArrayConstraint]]] = {}
-        for st in states:
-            killed: Set[str] = set()
-            in_loop = trips.get(st, ("1", False))[0] != "1"
-            for ev in events[st]:
-                if ev[0] == "kernel":
-                    kp = ev[1]
-                    for arr, c in kp.arrays.items():
-                        x = self.root(arr)
-                        if x not in killed and (c.is_read or not c.write_covers):
-                            self.live.add(x)
-                        if c.write is not None:
-                            self.written.add(x)
-                            if c.write_covers and not c.is_read:
-                                killed.add(x)
-                        if kp.nranks > 1:
-                            split.setdefault(x, []).append((in_loop, kp, arr, c))
-                else:
-                    for a in ev[1]:
-                        x = self.root(a)
-                        if x not in killed:
-                            self.live.add(x)
-                    self.written |= {self.root(a) for a in ev[2]}
-                    cp = self.copy_of(ev)
-                    if cp is not None and not cp[4]:
-                        killed.add(cp[1])
-        for name, desc in arrays.items():
-            if not desc.transient:
-                self.live.add(name)
-        for x, uses in split.items():
-            if x in self.repl or not self.fusable(x) or x not in self.live or x in self.views:
-                continue
-            self.add_home(x, uses)
-        for x in sorted(self.placed - set(self.homes)):
-            self.add_home(x, [])          # no kernel splits it: owners get even row blocks
-
-    def add_home(self, x: str, uses):
-        """Declare ``x``'s home buffer (shape and origin are per-rank symbols) and pick its anchor."""
-        def rank(u):
-            in_loop, kp, arr, c = u
-            plain = c.write is not None and not c.partial and c.write_exact
-            return (not in_loop, not plain, c.write is None, -_work(kp), kp.kernel.index)
-        own = [u for u in uses if u[2] == x]
-        name = f"h{len(self.homes)}"
-        desc = self.sdfg.arrays[x]
-        buffer = f"__dsdfg_home_{x.strip('_')}"
-        while buffer in self.sdfg.arrays:
-            buffer += "_"
-        # Partial sums span the whole array on every rank: start from another kernel's blocks.
-        own = [u for u in own if not (u[3].write is not None and u[3].split_reduction)]
-        if own:
-            _, kp, _, c = min(own, key=rank)
-            boxes = [c.write] if c.write is not None else c.reads
-            anchor = self.kernel_layout(kp, buffer, boxes, name)
-        else:     # no kernel's blocks to start from (or only partial sums, which every rank spans)
-            anchor = Layout(buffer, f"home of {x}", (1,), ("",), (), (), (), home=name)
-        osyms, ssyms = self.buffer_symbols(name, len(desc.shape))
-        self.sdfg.add_array(buffer, [dc.sym(s) for s in ssyms], desc.dtype, transient=True,
-                            offset=[-dc.sym(s) for s in osyms])
-        self.homes[x] = _Home(name, x, buffer, anchor, [], osyms, ssyms, tuple(str(s) for s in desc.shape))
-
-    def buffer_symbols(self, name: str, nd: int) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
-        """Per-rank symbols of a buffer's origin and shape (declared in the SDFG)."""
-        osyms = tuple(f"__dsdfg_{name}_o{d}" for d in range(nd))
-        ssyms = tuple(f"__dsdfg_{name}_s{d}" for d in range(nd))
-        for s in osyms + ssyms:
-            self.sdfg.add_symbol(s, dace.int64)
-        return osyms, ssyms
-
-    def home_specs(self) -> List[HomeSpec]:
-        out = [HomeSpec(h.name, h.array, h.buffer, h.global_shape, h.anchor, tuple(h.accesses), h.origin_syms,
-                        h.shape_syms, boundary=h.buffer == h.array) for h in self.homes.values()]
-        return out + list(self.extra_homes)
 
     # -- layouts ------------------------------------------------------------------------------
     def kernel_layout(self, kp: KernelPlan, buffer: str, boxes, home: str) -> Layout:
@@ -340,75 +239,6 @@ class MachineRewriter(Rewriter):
             self.drain()
             self.end_state(st)
         self.enter_and_exit()
-
-    def enter_and_exit(self):
-        """Scatter the homes of the program's arrays once at the start, gather them once at the end."""
-        sdfg = self.sdfg
-        self.repeats = ("1", False)
-        sinks = [s for s in sdfg.nodes() if sdfg.out_degree(s) == 0]
-        self.place_arguments()
-        args = [x for x in self.homes if not sdfg.arrays[x].transient or x in self.boundary]
-        repl_args = [x for x in sorted(self.repl) if not sdfg.arrays[x].transient]
-        if args or repl_args:
-            enter = sdfg.add_state_before(sdfg.start_state, "distsdfg_enter", is_start_block=True)
-            self.last, self.readers = {}, {}
-            for x in args:
-                h = self.homes[x]
-                if h.buffer == x or x.startswith("__return"):   # the argument is the home / a return value
-                    continue
-                src = self.boundary_layout(x) if x in self.boundary else self.whole(x, ROOT_HOME)
-                self.dm(enter, self.raw_step(x, src, self.home_layout(x)), enter.add_read(x),
-                        enter.add_access(h.buffer))
-            for x in repl_args:
-                self.dm(enter, self.raw_step(x, self.whole(x, ROOT_HOME), self.whole(x, ALL_HOME), inplace=True),
-                        enter.add_read(x), enter.add_write(x))
-        out = [x for x in args if x in self.written and self.homes[x].buffer != x]
-        if out:
-            for sink in sinks:
-                leave = sdfg.add_state_after(sink, "distsdfg_exit")
-                self.last, self.readers = {}, {}
-                for x in out:
-                    h = self.homes[x]
-                    dst = self.boundary_layout(x) if x in self.boundary else self.whole(x, ROOT_HOME)
-                    self.dm(leave, self.raw_step(x, self.home_layout(x), dst),
-                            leave.add_read(h.buffer), leave.add_write(x))
-
-    # -- distributed placement ------------------------------------------------------------------
-    def boundary_layout(self, x: str) -> Layout:
-        return Layout(x, f"{x} as passed", (), (), (), (), (), None, (), self.boundary[x])
-
-    def place_arguments(self):
-        """Make each placed argument a per-rank block: its home's owned block, passed by the user.
-
-        Whatever still uses the program's whole array (code that runs on rank 0, a condition)
-        gets a full-size transient stand-in, filled from the home when needed. When no kernel
-        indexes the home buffer directly (no ghost cells), the argument *is* the home buffer;
-        otherwise the argument holds the owned block and the home buffer is filled from it on
-        entry (a local copy) and copied back on exit.
-        """
-        sdfg = self.sdfg
-        for x in sorted(self.placed):
-            h = self.homes[x]
-            desc = sdfg.arrays[x]
-            stand_in = f"__dsdfg_whole_{x.strip('_')}"
-            while stand_in in sdfg.arrays:
-                stand_in += "_"
-            dc.rename_data(sdfg, x, stand_in)
-            sdfg.arrays[stand_in].transient = True
-            self.touched.add(stand_in)
-            key = (h.anchor.grid, h.anchor.rank_syms, h.anchor.boxes)
-            if all((a.grid, a.rank_syms, a.boxes) == key for a in h.accesses):
-                # Kernels index the home only within the owned blocks: no ghost cells.
-                dc.rename_data(sdfg, h.buffer, x)
-                sdfg.arrays[x].transient = False
-                h.buffer = x
-                self.boundary[x] = h.name
-                continue
-            name = f"{h.name}b"
-            osyms, ssyms = self.buffer_symbols(name, len(desc.shape))
-            sdfg.add_array(x, [dc.sym(s) for s in ssyms], desc.dtype)
-            self.extra_homes.append(HomeSpec(name, x, x, h.global_shape, h.anchor, (), osyms, ssyms, boundary=True))
-            self.boundary[x] = name
 
     # -- kernels --------------------------------------------------------------------------------
     def alias_ok(self, kp: KernelPlan, arr: str, c: ArrayConstraint) -> bool:

@@ -18,8 +18,6 @@ KNOWN_CYCLES: list = []
 
 #: Modules over MAX_LINES lines, not yet split.
 KNOWN_LONG = {
-    "distsdfg.loops",           # MachineRewriter (being extended in parallel work)
-    "distsdfg.lowering",        # the straight-line Rewriter
     "distsdfg.testing.programs",  # the test-program registry
 }
 

@@ -112,6 +112,22 @@ def _rename_edges(state, edges, old: str, new: str) -> None:
                 t.data.data = new
 
 
+def _data_steps(sdfg: SDFG, specs):
+    """Yields ``(state, node, step, [input edge], [output edge])`` for every communication node with
+    one data input and one data output; each node's edges are read when it is reached, so callers
+    may remove earlier nodes as they go."""
+    from .mpi import DistributedMemlet
+    for st in sdfg.states():
+        for node in list(st.nodes()):
+            spec = specs.get(node.step) if isinstance(node, DistributedMemlet) else None
+            if spec is None:
+                continue
+            ins = [e for e in st.in_edges(node) if e.dst_conn == "_in"]
+            outs = [e for e in st.out_edges(node) if e.src_conn == "_out"]
+            if len(ins) == 1 and len(outs) == 1:
+                yield st, node, spec, ins, outs
+
+
 def alias_whole_blocks(sdfg: SDFG, low) -> int:
     """One rank: drop the scatter, gather and one-rank reduce steps between a whole argument (or
     result) and a kernel's local buffer of the same shape; the kernel uses the argument's memory.
@@ -122,7 +138,6 @@ def alias_whole_blocks(sdfg: SDFG, low) -> int:
     from dace import data as dt
     from dace.sdfg import nodes
 
-    from .mpi import DistributedMemlet
     specs = {s.index: s for s in low.steps}
     reads: Dict[str, int] = {}
     writes: Dict[str, int] = {}
@@ -133,68 +148,60 @@ def alias_whole_blocks(sdfg: SDFG, low) -> int:
             writes[n.data] = writes.get(n.data, 0) + st.in_degree(n)
             where.setdefault(n.data, set()).add(id(st))
     removed = []
-    for st in sdfg.states():
-        for node in list(st.nodes()):
-            if not isinstance(node, DistributedMemlet):
+    for st, node, spec, ins, outs in _data_steps(sdfg, specs):
+        if spec.kind not in ("scatter", "gather", "reduce") or getattr(spec, "acc", False):
+            continue
+        src, dst = ins[0].src, outs[0].dst
+        glob, loc = (src, dst) if spec.kind == "scatter" else (dst, src)
+        if not (isinstance(glob, nodes.AccessNode) and isinstance(loc, nodes.AccessNode)):
+            continue
+        gd, ld = sdfg.arrays[glob.data], sdfg.arrays[loc.data]
+        if (not ld.transient or type(ld) is not dt.Array or where.get(loc.data) != {id(st)}
+                or not isinstance(gd, dt.Array) or gd.dtype != ld.dtype or ld.storage != gd.storage
+                or any(str(o) != "0" for o in spec.origin)
+                or not _same(gd.shape, ld.shape) or not _same(gd.strides, ld.strides)):
+            continue
+        if isinstance(gd, dt.View):
+            # a result's view: its only other edge goes to the argument it views, which nothing reads
+            others = [e for e in st.all_edges(glob) if e is not outs[0]]
+            base = others[0].dst if len(others) == 1 and others[0].src is glob else None
+            if (spec.kind == "scatter" or base is None or not isinstance(base, nodes.AccessNode)
+                    or sdfg.arrays[base.data].transient or reads.get(base.data, 0) or writes.get(base.data) != 1
+                    or writes.get(glob.data) != 1):
                 continue
-            spec = specs.get(node.step)
-            if spec is None or spec.kind not in ("scatter", "gather", "reduce") or getattr(spec, "acc", False):
+        elif gd.transient:
+            continue
+        elif spec.kind == "scatter":
+            if writes.get(glob.data, 0) or st.out_degree(glob) != 1:
                 continue
-            ins = [e for e in st.in_edges(node) if e.dst_conn == "_in"]
-            outs = [e for e in st.out_edges(node) if e.src_conn == "_out"]
-            if len(ins) != 1 or len(outs) != 1:
+        elif reads.get(glob.data, 0) or writes.get(glob.data) != 1 or st.in_degree(glob) != 1:
+            continue
+        locs = [n for n in st.data_nodes() if n.data == loc.data]
+        if spec.kind == "scatter":
+            if any(n is not loc and st.in_degree(n) for n in locs):
                 continue
-            src, dst = ins[0].src, outs[0].dst
-            glob, loc = (src, dst) if spec.kind == "scatter" else (dst, src)
-            if not (isinstance(glob, nodes.AccessNode) and isinstance(loc, nodes.AccessNode)):
-                continue
-            gd, ld = sdfg.arrays[glob.data], sdfg.arrays[loc.data]
-            if (not ld.transient or type(ld) is not dt.Array or where.get(loc.data) != {id(st)}
-                    or not isinstance(gd, dt.Array) or gd.dtype != ld.dtype or ld.storage != gd.storage
-                    or any(str(o) != "0" for o in spec.origin)
-                    or not _same(gd.shape, ld.shape) or not _same(gd.strides, ld.strides)):
-                continue
-            if isinstance(gd, dt.View):
-                # a result's view: its only other edge goes to the argument it views, which nothing reads
-                others = [e for e in st.all_edges(glob) if e is not outs[0]]
-                base = others[0].dst if len(others) == 1 and others[0].src is glob else None
-                if (spec.kind == "scatter" or base is None or not isinstance(base, nodes.AccessNode)
-                        or sdfg.arrays[base.data].transient or reads.get(base.data, 0) or writes.get(base.data) != 1
-                        or writes.get(glob.data) != 1):
-                    continue
-            elif gd.transient:
-                continue
-            elif spec.kind == "scatter":
-                if writes.get(glob.data, 0) or st.out_degree(glob) != 1:
-                    continue
-            elif reads.get(glob.data, 0) or writes.get(glob.data) != 1 or st.in_degree(glob) != 1:
-                continue
-            locs = [n for n in st.data_nodes() if n.data == loc.data]
-            if spec.kind == "scatter":
-                if any(n is not loc and st.in_degree(n) for n in locs):
-                    continue
-                moved = []
-                for n in locs:
-                    for e in list(st.out_edges(n)):
-                        moved.append(st.add_edge(glob, None, e.dst, e.dst_conn, e.data))
-                        st.remove_edge(e)
-                _rename_edges(st, moved, loc.data, glob.data)
-            else:
-                if len(locs) != 1 or st.out_degree(loc) != 1:
-                    continue
-                moved = []
-                for e in list(st.in_edges(loc)):
-                    moved.append(st.add_edge(e.src, e.src_conn, glob, None, e.data))
+            moved = []
+            for n in locs:
+                for e in list(st.out_edges(n)):
+                    moved.append(st.add_edge(glob, None, e.dst, e.dst_conn, e.data))
                     st.remove_edge(e)
-                _rename_edges(st, moved, loc.data, glob.data)
-            feeds = [e.src for e in st.in_edges(node) if e.dst_conn in ("_plan", "_comm")]
-            st.remove_node(node)
-            for n in locs + feeds:
-                if n in st.nodes() and st.degree(n) == 0:
-                    st.remove_node(n)
-            if loc.data in sdfg.arrays and not any(n.data == loc.data for s in sdfg.all_states() for n in s.data_nodes()):
-                sdfg.remove_data(loc.data, validate=False)
-            removed.append(spec.index)
+            _rename_edges(st, moved, loc.data, glob.data)
+        else:
+            if len(locs) != 1 or st.out_degree(loc) != 1:
+                continue
+            moved = []
+            for e in list(st.in_edges(loc)):
+                moved.append(st.add_edge(e.src, e.src_conn, glob, None, e.data))
+                st.remove_edge(e)
+            _rename_edges(st, moved, loc.data, glob.data)
+        feeds = [e.src for e in st.in_edges(node) if e.dst_conn in ("_plan", "_comm")]
+        st.remove_node(node)
+        for n in locs + feeds:
+            if n in st.nodes() and st.degree(n) == 0:
+                st.remove_node(n)
+        if loc.data in sdfg.arrays and not any(n.data == loc.data for s in sdfg.all_states() for n in s.data_nodes()):
+            sdfg.remove_data(loc.data, validate=False)
+        removed.append(spec.index)
     return len(removed)
 
 
@@ -264,7 +271,6 @@ def alias_local_copies(sdfg: SDFG, low) -> int:
     from dace import data as dt
     from dace.sdfg import nodes
 
-    from .mpi import DistributedMemlet
     specs = {s.index: s for s in low.steps}
     writes: Dict[str, int] = {}
     where: Dict[str, set] = {}
@@ -273,45 +279,37 @@ def alias_local_copies(sdfg: SDFG, low) -> int:
             writes[n.data] = writes.get(n.data, 0) + st.in_degree(n)
             where.setdefault(n.data, set()).add(id(st))
     removed = 0
-    for st in sdfg.states():
-        for node in list(st.nodes()):
-            if not isinstance(node, DistributedMemlet):
-                continue
-            spec = specs.get(node.step)
-            if (spec is None or spec.kind != "redist" or spec.source is None or spec.acc or spec.inplace
-                    or not _same_layout(spec.source, spec.layout)):
-                continue
-            ins = [e for e in st.in_edges(node) if e.dst_conn == "_in"]
-            outs = [e for e in st.out_edges(node) if e.src_conn == "_out"]
-            if len(ins) != 1 or len(outs) != 1:
-                continue
-            src, dst = ins[0].src, outs[0].dst
-            if not (isinstance(src, nodes.AccessNode) and isinstance(dst, nodes.AccessNode)) or src.data == dst.data:
-                continue
-            a, b = sdfg.arrays[src.data], sdfg.arrays[dst.data]
-            if (type(a) is not dt.Array or type(b) is not dt.Array or not a.transient or not b.transient
-                    or a.dtype != b.dtype or a.storage != b.storage or where.get(src.data) != {id(st)}
-                    or where.get(dst.data) != {id(st)} or writes.get(dst.data) != 1 or writes.get(src.data, 0) > 1
-                    or not _same(a.shape, b.shape) or not _same(a.strides, b.strides)):
-                continue
-            source_writes = writes.get(src.data, 0)
-            for e in list(st.out_edges(dst)):           # the consumers read the source's node
-                st.add_edge(src, e.src_conn, e.dst, e.dst_conn, e.data)
-                st.remove_edge(e)
-            feeds = [e.src for e in st.in_edges(node) if e.dst_conn in ("_plan", "_comm")]
-            st.remove_node(node)
-            for n in [dst] + feeds:
-                if n in st.nodes() and st.degree(n) == 0:
-                    st.remove_node(n)
-            # Keep the buffer indexed from zero (the library kernel's) where there is one.
-            zero_b = all(str(o) == "0" for o in b.offset)
-            drop, keep = (src.data, dst.data) if zero_b and not all(str(o) == "0" for o in a.offset) else \
-                (dst.data, src.data)
-            _merge_buffer(sdfg, st, drop, keep)
-            if not any(n.data == drop for s in sdfg.all_states() for n in s.data_nodes()):
-                sdfg.remove_data(drop, validate=False)
-            writes[keep] = source_writes
-            removed += 1
+    for st, node, spec, ins, outs in _data_steps(sdfg, specs):
+        if (spec.kind != "redist" or spec.source is None or spec.acc or spec.inplace
+                or not _same_layout(spec.source, spec.layout)):
+            continue
+        src, dst = ins[0].src, outs[0].dst
+        if not (isinstance(src, nodes.AccessNode) and isinstance(dst, nodes.AccessNode)) or src.data == dst.data:
+            continue
+        a, b = sdfg.arrays[src.data], sdfg.arrays[dst.data]
+        if (type(a) is not dt.Array or type(b) is not dt.Array or not a.transient or not b.transient
+                or a.dtype != b.dtype or a.storage != b.storage or where.get(src.data) != {id(st)}
+                or where.get(dst.data) != {id(st)} or writes.get(dst.data) != 1 or writes.get(src.data, 0) > 1
+                or not _same(a.shape, b.shape) or not _same(a.strides, b.strides)):
+            continue
+        source_writes = writes.get(src.data, 0)
+        for e in list(st.out_edges(dst)):           # the consumers read the source's node
+            st.add_edge(src, e.src_conn, e.dst, e.dst_conn, e.data)
+            st.remove_edge(e)
+        feeds = [e.src for e in st.in_edges(node) if e.dst_conn in ("_plan", "_comm")]
+        st.remove_node(node)
+        for n in [dst] + feeds:
+            if n in st.nodes() and st.degree(n) == 0:
+                st.remove_node(n)
+        # Keep the buffer indexed from zero (the library kernel's) where there is one.
+        zero_b = all(str(o) == "0" for o in b.offset)
+        drop, keep = (src.data, dst.data) if zero_b and not all(str(o) == "0" for o in a.offset) else \
+            (dst.data, src.data)
+        _merge_buffer(sdfg, st, drop, keep)
+        if not any(n.data == drop for s in sdfg.all_states() for n in s.data_nodes()):
+            sdfg.remove_data(drop, validate=False)
+        writes[keep] = source_writes
+        removed += 1
     return removed
 
 

@@ -281,6 +281,10 @@ def _fetch(array, src, dst, strict: bool, rank: Optional[int] = None) -> List[Me
     whose destination boxes meet its source block."""
     P = len(src)
     index = BoxIndex(src)
+    # Distinct source blocks that share no element (grid layouts): a holder's pieces are its
+    # block's intersections with what the receiver lacks, whatever the other holders send; no need
+    # to cut what is left into ever smaller boxes after each holder.
+    disjoint = not any_overlap(list(index.distinct))
     receivers = range(P)
     if rank is not None:
         if strict and not _covered(index, dst):     # raise on every rank alike, with the whole solve's message
@@ -295,7 +299,22 @@ def _fetch(array, src, dst, strict: bool, rank: Optional[int] = None) -> List[Me
         if own is not None:
             msgs.append(Message(q, q, own))
         rest = subtract(need, src[q])
-        for p in _holders(index, need, q, P) if rest else ():
+        holders = _holders(index, need, q, P) if rest else []
+        if rank is not None and q != rank:
+            if rank not in holders:
+                continue                # another rank's fetch in which this rank sends nothing
+            holders = holders[:holders.index(rank) + 1]      # what it sends is known once it is reached
+        if disjoint:
+            lacking = sum(volume(b) for b in rest)
+            for p in holders:
+                for b in rest:
+                    piece = intersect(b, src[p])
+                    if piece is not None:
+                        msgs.append(Message(p, q, piece))
+                        lacking -= volume(piece)
+            if lacking == 0 or not strict or rank not in (None, q):
+                continue            # otherwise the cut below finds what no rank holds, and raises
+        for p in holders:
             if not rest:
                 break
             nxt: List[Box] = []
@@ -307,7 +326,7 @@ def _fetch(array, src, dst, strict: bool, rank: Optional[int] = None) -> List[Me
                 msgs.append(Message(p, q, piece))
                 nxt.extend(subtract(b, piece))
             rest = nxt
-        if rest and strict:
+        if rest and strict and rank in (None, q):
             raise UnsupportedProgramError(
                 f"`{array}`: rank {q} needs elements {rest[0]} that no rank holds after the previous kernel; "
                 f"schedule the producer so that it writes every element its consumers read")

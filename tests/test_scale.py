@@ -25,9 +25,13 @@ def _overlap_pairwise(boxes):
 
 
 def _fetch_pairwise(src, dst):
-    """Every receiver tries every other rank in turn, the nearest after it first."""
+    """Every receiver tries every other rank in turn, the nearest after it first. Where distinct
+    source blocks are disjoint, each first holder of a block sends its block's intersections with
+    what the receiver lacks (nothing is cut further); otherwise what is left is cut after each."""
     P = len(src)
     msgs = []
+    distinct = list(dict.fromkeys(b for b in src if b is not None))
+    disjoint = not _overlap_pairwise(distinct)
     for q, need in enumerate(dst):
         if need is None:
             continue
@@ -35,6 +39,14 @@ def _fetch_pairwise(src, dst):
         if own is not None:
             msgs.append(Message(q, q, own))
         rest = subtract(need, src[q])
+        if disjoint:
+            used = {src[q]}
+            for p in [(q + i) % P for i in range(1, P)]:
+                if src[p] is None or src[p] in used:
+                    continue
+                used.add(src[p])
+                msgs += [Message(p, q, intersect(b, src[p])) for b in rest if _meets(b, src[p])]
+            continue
         for p in [(q + i) % P for i in range(1, P)]:
             if not rest:
                 break

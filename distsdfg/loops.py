@@ -36,7 +36,7 @@ from .constraints import ArrayConstraint, KernelPlan
 from .errors import DistributedLoweringError
 from .lowered import ArrayState, Holding
 from .boundary import BoundarySteps
-from .homes import Home, HomePlanning
+from .home_planning import Home, HomePlanning
 from .lowering import Rewriter
 from .controlflow import loop_trips
 from .plan import ALL_HOME, ROOT_HOME, HomeSpec, Layout, StepSpec

@@ -167,14 +167,57 @@ def _grow(boxes: List, gshape: Tuple[int, ...], nranks: int) -> List:
     return out
 
 
+def _anchor_boxes(lay, values, nranks: int, gshape: Tuple[int, ...]) -> List:
+    """Per rank the anchor kernel's box in the array's coordinates. An anchor that uses the array
+    through a reshape (``view_shape``) counts only where every rank's block of the view is a block
+    of the array (all None otherwise: the owners get even row blocks)."""
+    if not lay.view_shape:
+        return [_box(_block(lay, grid_coords(q, lay.grid), values, gshape)) for q in range(nranks)]
+    vshape = tuple(evaluate(s, values) for s in lay.view_shape)
+    if math.prod(vshape) != math.prod(gshape):
+        return [None] * nranks
+    out, seen = [], {}
+    for q in range(nranks):
+        b = _box(_block(lay, grid_coords(q, lay.grid), values, vshape))
+        if b is not None and b not in seen:
+            try:
+                seen[b] = reshape_box(b, vshape, gshape)
+            except ValueError:
+                return [None] * nranks
+        out.append(None if b is None else seen[b])
+    return out
+
+
+def _split_shared(owned: List) -> List:
+    """Owner blocks of a home anchored at partial sums: the ranks that share a block (the writer's
+    split reduction axis) each own an even piece of it, along its first dimension long enough
+    (else its longest), so that one Reduce_scatter per group combines the sums into place."""
+    groups: Dict = {}
+    for q, b in enumerate(owned):
+        if b is not None:
+            groups.setdefault(b, []).append(q)
+    out = list(owned)
+    for (start, size), ranks in groups.items():
+        k = len(ranks)
+        if k < 2:
+            continue
+        d = next((i for i, n in enumerate(size) if n >= k), max(range(len(size)), key=lambda i: size[i]))
+        for i, q in enumerate(ranks):
+            a, n = block_span(size[d], k, i)
+            out[q] = (tuple(s + a if j == d else s for j, s in enumerate(start)),
+                      tuple(n if j == d else m for j, m in enumerate(size))) if n > 0 else None
+    return out
+
+
 def solve_homes(homes: Sequence[HomeSpec], values: Dict[str, int], nranks: int) -> Dict[str, HomeSolution]:
     """Owner blocks and buffer extents of every home, for concrete sizes."""
     out = {}
     for h in homes:
         gshape = tuple(evaluate(s, values) for s in h.global_shape)
         nd = len(gshape)
-        anchor = [_box(_block(h.anchor, grid_coords(q, h.anchor.grid), values, gshape)) for q in range(nranks)]
-        owned = _grow(anchor, gshape, nranks)
+        owned = _grow(_anchor_boxes(h.anchor, values, nranks, gshape), gshape, nranks)
+        if h.anchor.op is not None:
+            owned = _split_shared(owned)
         lo = [list(b[0]) if b is not None else None for b in owned]
         hi = [[s + n for s, n in zip(*b)] if b is not None else None for b in owned]
         for acc in h.accesses:

@@ -126,10 +126,16 @@ class MachineRewriter(_Rewriter):
 
     def add_home(self, x: str, uses):
         """Declare ``x``'s home buffer (shape and origin are per-rank symbols) and pick its anchor."""
+        # A kernel that accumulates into x (not partial sums of a split reduction) makes x's plain
+        # writes that read nothing its initialisation (an einsum's reset map): not the anchor.
+        accumulated = any(u[2] == x and u[3].write is not None and u[3].partial and not u[3].split_reduction
+                          for u in uses)
+
         def rank(u):
             in_loop, kp, arr, c = u
             plain = c.write is not None and not c.partial and c.write_exact
-            return (not in_loop, not plain, c.write is None, -_work(kp), kp.kernel.index)
+            init = accumulated and plain and not c.is_read
+            return (not in_loop, not plain or init, c.write is None, -_work(kp), kp.kernel.index)
         own = [u for u in uses if u[2] == x]
         name = f"h{len(self.homes)}"
         desc = self.sdfg.arrays[x]

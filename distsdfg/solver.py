@@ -325,7 +325,7 @@ def solve_redist(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None
         sblocks, slshape = _layout_blocks(src, spec.array, values, nranks, gshape, homes)
         dblocks, dlshape = _layout_blocks(spec.layout, spec.array, values, nranks, gshape, homes)
     except ScheduleError:
-        refined = _refined_layouts(spec, values, nranks, gshape)
+        refined = _refined_layouts(spec, values, nranks, gshape, homes)
         if refined is None:
             raise
         gshape, sblocks, slshape, dblocks, dlshape = refined
@@ -334,27 +334,34 @@ def solve_redist(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None
     return ConcreteRedist(spec, nranks, gshape, slshape, dlshape, sblocks, dblocks, plan)
 
 
-def _refined_layouts(spec: StepSpec, values, nranks, ashape):
+def _refined_layouts(spec: StepSpec, values, nranks, ashape, homes=None):
     """Both layouts of a grid-to-grid step in the common refinement of the array's shape and the
     views they use (``boxes.common_refinement``), where a block of one view is no block of the
-    array: the fused QKV product's column blocks and the attention's (heads x q/k columns)
-    blocks of its ``(B, S, H, 3 E_H)`` view are both blocks of that refinement. None where
-    there is none (or a layout is a home or clipped)."""
+    array: the fused QKV product's column blocks (or its home's) and the attention's (heads x
+    q/k columns) blocks of its ``(B, S, H, 3 E_H)`` view are both blocks of that refinement.
+    None where there is none (or a layout is clipped)."""
     lays = (spec.source, spec.layout)
-    if any(lay.home or lay.clip for lay in lays):
+    if any(lay.clip for lay in lays):
         return None
-    own = [tuple(evaluate(n, values) for n in lay.view_shape) if lay.view_shape else ashape for lay in lays]
+    own = [tuple(evaluate(n, values) for n in lay.view_shape) if lay.view_shape and not lay.home else ashape
+           for lay in lays]
     fine = common_refinement([ashape] + own)
     if fine is None:
         return None
+    zero = (0,) * len(fine)
     out = [fine]
     for lay, shape in zip(lays, own):
-        lshape = tuple(evaluate(n, values) for n in lay.local_shape)
+        if lay.home:         # per rank the home's block and buffer, in the array's coordinates
+            hblocks, hshapes = _home_blocks(lay, values, nranks, ashape, homes or {})
+            pairs = list(zip(hblocks, hshapes))
+        else:
+            lshape = tuple(evaluate(n, values) for n in lay.local_shape)
+            pairs = [(b, lshape) for b in _all_blocks(lay, values, nranks, shape)]
         blocks, shapes = [], []
-        for b in _all_blocks(lay, values, nranks, shape):
+        for b, lshape in pairs:
             if _box(b) is None:
-                blocks.append(RankBlock((0,) * len(fine), (0,) * len(fine), (0,) * len(fine)))
-                shapes.append(tuple(1 for _ in fine))
+                blocks.append(RankBlock(zero, zero, zero))
+                shapes.append(zero if lay.home and 0 in lshape else tuple(1 for _ in fine))
                 continue
             try:
                 if any(o < 0 or o + n > v for o, n, v in zip(b.origin, lshape, shape)):
@@ -366,7 +373,7 @@ def _refined_layouts(spec: StepSpec, values, nranks, ashape):
             blocks.append(RankBlock(alloc[0], box[0], box[1]))
             shapes.append(alloc[1])
         used = {sh for sh, b in zip(shapes, blocks) if b.count and all(b.size)}
-        if len(used) == 1:           # ranks without a block keep the common buffer shape
+        if len(used) == 1 and not lay.home:           # ranks without a block keep the common buffer shape
             shapes = [next(iter(used))] * len(shapes)
         out += [tuple(blocks), tuple(shapes)]
     return tuple(out)

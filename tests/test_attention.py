@@ -180,11 +180,12 @@ def _case(name, sched):
 
 
 CASES = [_case("mhsa_thesis", MHSA_THESIS_SCHEDULE), _case("mhsa_fused", MHSA_FUSED_SCHEDULE)]
+PLACED = [_case("mhsa_thesis@distributed", MHSA_THESIS_SCHEDULE), _case("mhsa_fused@distributed", MHSA_FUSED_SCHEDULE)]
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    return launch_cases(4, CASES, tmp_path_factory.mktemp("attention"), timeout=600)
+    return launch_cases(4, CASES + PLACED, tmp_path_factory.mktemp("attention"), timeout=900)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -198,3 +199,15 @@ def test_head_parallel_attention_on_4_ranks(results, case):
     between = [s for s in r["report"] if s["array"] not in inputs]
     assert [s["collective"] for s in between] == (["Reduce", "Gatherv"] if name == "mhsa_thesis" else ["Reduce"])
     assert sum(sum(s["sent"]) for s in r["report"]) == 18_432
+
+
+@pytest.mark.parametrize("case", PLACED)
+def test_distributed_attention_on_4_ranks(results, case):
+    # Blocks in, blocks out: the assembled result equals NumPy's, and the one Reduce_scatter of
+    # the output projection's partial sums is all that moves (PMPI bytes == comm_report).
+    r = results[case]
+    assert "error" not in r, r.get("trace", r.get("error"))
+    assert r["shape_ok"] and r["rel_err"] <= 1e-10, r["rel_err"]
+    assert bytes_mismatch(r) is None, bytes_mismatch(r)
+    assert "__return" in r["boundary"] and set(r["boundary"]) <= INPUTS[case.split("@")[0]] | {"__return"}
+    assert [(s["array"], s["collective"]) for s in r["report"]] == [("__return", "Reduce_scatter")]

@@ -162,7 +162,7 @@ class MachineRewriter(_Rewriter):
         elif partial:
             # Only partial sums: the writer's blocks (replicated over its split reduction axis),
             # each shared block split among the ranks that share it (``op``, see
-            # ``solver.solve_homes``): its sums are combined by one Reduce_scatter in place.
+            # ``homes.solve_homes``): its sums are combined by one Reduce_scatter in place.
             _, kp, arr, c = min(partial, key=rank)
             view = tuple(str(s) for s in self.sdfg.arrays[arr].shape) if arr != x else ()
             anchor = dataclasses.replace(self.kernel_layout(kp, buffer, [c.write], name), op=c.op, view_shape=view)

@@ -101,7 +101,8 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
         if nprocs is None:
             raise SizeError("lower(sdfg, 'auto') needs nprocs=P, the number of ranks to plan for")
         try:
-            schedule = auto_schedule(sdfg, nprocs, **{"inputs": boundary_pricing(placement), **(plan_options or {})})
+            schedule = auto_schedule(sdfg, nprocs, **{"inputs": boundary_pricing(placement),
+                                                       "placement": placement, **(plan_options or {})})
         except SymbolicSizeError as exc:     # plan at the first call, when the sizes are known
             return defer(sdfg, nprocs, exc.symbol, target=target, comm=comm, placement=placement,
                          plan_options=plan_options, optimize=optimize)

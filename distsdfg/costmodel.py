@@ -251,8 +251,10 @@ class BytesModel(CostModel):
     def edge_costs(self, g, e, sus, svs):
         u, v = g.vertices[e.src], g.vertices[e.dst]
         prod, cons = e.producer(g), e.consumer(g)
-        if e.acc and u.constant:             # reset to the identity: every rank fills its block
+        if e.acc and u.constant and self.inputs == "root":   # reset to the identity: every rank fills its block
             return np.zeros((len(sus), len(svs)))
+        # Distributed placement keeps arrays that cross states in homes: a reset whose blocks are
+        # not the accumulator's is sent to the owners like any other write, so it is priced.
         part = u.partial and not e.via_input
         src = [signature(u, su, prod, partial=part) for su in sus]
         dst = [signature(v, sv, cons, partial=False) for sv in svs]

@@ -94,10 +94,16 @@ class HomePlanning:
 
     def add_home(self, x: str, uses):
         """Declare ``x``'s home buffer (shape and origin are per-rank symbols) and pick its anchor."""
+        # A kernel that accumulates into x (not partial sums of a split reduction) makes x's plain
+        # writes that read nothing its initialisation (an einsum's reset map): not the anchor.
+        accumulated = any(u[2] == x and u[3].write is not None and u[3].partial and not u[3].split_reduction
+                          for u in uses)
+
         def rank(u):
             in_loop, kp, arr, c = u
             plain = c.write is not None and not c.partial and c.write_exact
-            return (not in_loop, not plain, c.write is None, -_work(kp), kp.kernel.index)
+            init = accumulated and plain and not c.is_read
+            return (not in_loop, not plain or init, c.write is None, -_work(kp), kp.kernel.index)
         own = [u for u in uses if u[2] == x]
         name = f"h{len(self.homes)}"
         desc = self.sdfg.arrays[x]
@@ -105,12 +111,30 @@ class HomePlanning:
         while buffer in self.sdfg.arrays:
             buffer += "_"
         # Partial sums span the whole array on every rank: start from another kernel's blocks.
+        partial = [u for u in uses if (u[2] == x or u[2] in self.views) and u[3].write is not None
+                   and u[3].split_reduction and u[3].op is not None]
         own = [u for u in own if not (u[3].write is not None and u[3].split_reduction)]
+        # Kernels that use the array only through a reshape (a DaCe View): their blocks, mapped
+        # onto the array's shape when the home is solved (where they are blocks of it).
+        viewed = [u for u in uses if u[2] != x and u[2] in self.views
+                  and not (u[3].write is not None and u[3].split_reduction)]
         if own:
             _, kp, _, c = min(own, key=rank)
             boxes = [c.write] if c.write is not None else c.reads
             anchor = self.kernel_layout(kp, buffer, boxes, name)
-        else:     # no kernel's blocks to start from (or only partial sums, which every rank spans)
+        elif viewed:
+            _, kp, arr, c = min(viewed, key=rank)
+            boxes = [c.write] if c.write is not None else c.reads
+            anchor = dataclasses.replace(self.kernel_layout(kp, buffer, boxes, name),
+                                         view_shape=tuple(str(s) for s in self.sdfg.arrays[arr].shape))
+        elif partial:
+            # Only partial sums: the writer's blocks (replicated over its split reduction axis),
+            # each shared block split among the ranks that share it (``op``, see
+            # ``homes.solve_homes``): its sums are combined by one Reduce_scatter in place.
+            _, kp, arr, c = min(partial, key=rank)
+            view = tuple(str(s) for s in self.sdfg.arrays[arr].shape) if arr != x else ()
+            anchor = dataclasses.replace(self.kernel_layout(kp, buffer, [c.write], name), op=c.op, view_shape=view)
+        else:     # no kernel's blocks to start from
             anchor = Layout(buffer, f"home of {x}", (1,), ("",), (), (), (), home=name)
         osyms, ssyms = self.buffer_symbols(name, len(desc.shape))
         self.sdfg.add_array(buffer, [dc.sym(s) for s in ssyms], desc.dtype, transient=True,

@@ -156,7 +156,12 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
             return
         h = self.homes[x]
         if st.holdings:
-            src = st.holdings[-1]
+            # Every holding is a valid copy: the one with the home's anchor blocks moves nothing
+            # (the kernel the home was anchored at), else the latest.
+            a = h.anchor
+            same = [g for g in st.holdings if g.layout.op is None and (g.layout.kernel_label, g.layout.grid,
+                    g.layout.boxes, g.layout.view_shape) == (a.kernel_label, a.grid, a.boxes, a.view_shape)]
+            src = same[-1] if same else st.holdings[-1]
             src_node, source = self.holder_node(src, state), src.layout
         elif st.root_valid:
             src_node, source = self.latest_global(state, x), self.whole(x, ROOT_HOME)

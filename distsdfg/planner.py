@@ -99,7 +99,7 @@ def schedule_cost(sdfg: SDFG, schedule, model="bytes", *, inputs: str = "root", 
 
 def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="bytes", searcher: str = "dp", inputs: str = "root",
                   memory_limit: Optional[int] = None, allow_fewer: bool = False, verify: Optional[bool] = None,
-                  **sizes) -> Schedule:
+                  placement=None, **sizes) -> Schedule:
     """Choose a schedule for ``sdfg`` on ``nprocs`` ranks (EinDecomp).
 
     ``cost_model``: 'bytes' (this runtime's communication, the default), 'paper'
@@ -108,7 +108,9 @@ def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="bytes", searcher: str 
     'distributed'. ``memory_limit``: bytes of local buffers per rank per kernel. ``verify``
     (default: on for graphs of at most 40 kernels) also prices the searched schedule and the
     data-parallel and SQRT baselines exactly, by lowering copies of the SDFG and reading
-    ``comm_report``, and returns the one that moves the fewest bytes.
+    ``comm_report``, and returns the one that moves the fewest bytes. With ``inputs='distributed'``
+    the copies are lowered in ``placement`` (default ``"distributed"``), and the schedule searched
+    with root pricing is a candidate too; a candidate the lowering or the solver refuses is skipped.
     """
     require_sdfg(sdfg, "distsdfg.auto_schedule")
     nprocs = positive_int(nprocs, "auto_schedule's nprocs")
@@ -117,9 +119,17 @@ def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="bytes", searcher: str 
     plan = search(g, nprocs, model, searcher, allow_fewer=allow_fewer)
     best = plan.schedule(g, sdfg.name)
     if verify is None:
-        verify = len(g.vertices) <= 40 and cost_model in ("bytes", None) and inputs == "root"
+        verify = len(g.vertices) <= 40 and cost_model in ("bytes", None) and inputs in ("root", "distributed")
     if verify:
-        best = _verified(sdfg, g, nprocs, [best, data_parallel_schedule(g, nprocs), sqrt_schedule(g, nprocs)], sizes)
+        cands = [best, data_parallel_schedule(g, nprocs), sqrt_schedule(g, nprocs)]
+        if inputs == "distributed":
+            # The bytes model prices the program's boundary, not the homes a distributed placement
+            # keeps between states: the root-priced search's schedule is often the better one there.
+            root = search(g, nprocs, get_model(cost_model, inputs="root", memory_limit=memory_limit), searcher,
+                          allow_fewer=allow_fewer)
+            cands.insert(1, root.schedule(g, sdfg.name))
+            placement = "distributed" if placement in (None, "root") else placement
+        best = _verified(sdfg, g, nprocs, cands, sizes, placement if inputs == "distributed" else None)
     return best.with_sdfg(sdfg.name) if best.sdfg is None else best
 
 
@@ -128,7 +138,7 @@ def measured_bytes(sdfg: SDFG, schedule, nprocs: int, **sizes) -> int:
     return _priced(sdfg, schedule, nprocs, sizes)[0]
 
 
-def _priced(sdfg: SDFG, schedule, nprocs: int, sizes):
+def _priced(sdfg: SDFG, schedule, nprocs: int, sizes, placement=None):
     """``(bytes, lowered copy)``: the copy is lowered without DaCe's validation and rank-local
     optimisation, which change no communication (``validate_lowered`` checks a chosen one)."""
     sd = copy.deepcopy(sdfg)
@@ -136,13 +146,13 @@ def _priced(sdfg: SDFG, schedule, nprocs: int, sizes):
     sched = Schedule.of(as_schedule(schedule).as_dict())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        lower_sdfg(sd, sched, optimize=False, validate=False)
+        lower_sdfg(sd, sched, optimize=False, validate=False, placement=placement)
         return sum(sent_once(s) for s in comm_report(sd, nprocs=nprocs, summary=True, **sizes)), sd
 
 
-def _verified(sdfg, g, nprocs, candidates, sizes) -> Schedule:
-    """The candidate that moves the fewest bytes when lowered (ties: the earlier one) and whose
-    lowering DaCe validates; the first candidate if none can be priced."""
+def _verified(sdfg, g, nprocs, candidates, sizes, placement=None) -> Schedule:
+    """The candidate that moves the fewest bytes when lowered (in ``placement``; ties: the earlier
+    one) and whose lowering DaCe validates; the first candidate if none can be priced."""
     priced, seen = [], set()
     for i, cand in enumerate(candidates):
         key = cand.to_json()
@@ -150,7 +160,7 @@ def _verified(sdfg, g, nprocs, candidates, sizes) -> Schedule:
             continue
         seen.add(key)
         try:
-            b, sd = _priced(sdfg, Schedule.of(cand.as_dict()), nprocs, sizes)
+            b, sd = _priced(sdfg, Schedule.of(cand.as_dict()), nprocs, sizes, placement)
         except DistributedLoweringError:
             continue
         priced.append((b, i, cand, sd))

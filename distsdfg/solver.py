@@ -1,7 +1,7 @@
 """The solver: a lowered program's symbolic steps -> concrete per-rank blocks and messages.
 
 ``solve_plan`` solves every step of a ``Lowered`` record for concrete sizes and a communicator
-size: the homes first (``solve_homes``: owner blocks grown to cover each array), then each step
+size: the homes first (``homes.solve_homes``: owner blocks grown to cover each array), then each step
 (``solve_step``: per-rank blocks and the partition/replicate sub-grids of thesis 5.1; grid-to-grid
 steps through ``redistribute.plan_redistribution``). ``comm_steps`` lists the MPI calls a solved
 step makes and their bytes. ``plan.symbol_values`` / ``plan.given_values`` build the size symbols'
@@ -18,96 +18,17 @@ import numpy as np
 from dace.sdfg import SDFG
 
 from . import errors
-from .exprs import evaluate_many
-from .boxes import common_refinement, intersect, reshape_box, subtract
+from .boxes import common_refinement, intersect, reshape_box
 from .boxindex import any_overlap
 from .checks import require_sdfg
 from .errors import DistributedLoweringError, ScheduleError, SizeError
-from .plan import (ALL_HOME, F_ACC, F_MASK, F_MERGE, F_REPL, ROOT_HOME, CommStep, ConcreteStep, HomeSolution,
-                   HomeSpec, RankBlock, StepSpec, evaluate, given_values, symbol_values)
+from .plan import (F_ACC, F_MASK, F_MERGE, F_REPL, CommStep, ConcreteStep, RankBlock, StepSpec, evaluate,
+                   given_values, symbol_values)
 from .redistribute import CommPlan, plan_redistribution
-from .tiling import block_span
+from .homes import _all_blocks, _box, _grow, _home_blocks, grid_coords, solve_homes  # noqa: F401 (_grow: tests)
 
 __all__ = ["solve_plan", "solve_homes", "solve_step", "solve_redist", "ConcreteRedist", "comm_steps", "lowered_of",
            "planned", "symbol_values", "given_values", "grid_coords"]
-
-
-def grid_coords(q: int, grid: Sequence[int]) -> Optional[Tuple[int, ...]]:
-    """Rank ``q``'s row-major coordinates in ``grid`` (None: outside it)."""
-    out = []
-    for g in reversed(grid):
-        q, c = divmod(q, g)
-        out.append(c)
-    return None if q else tuple(reversed(out))
-
-
-def _block(spec, coords, values, gshape) -> RankBlock:
-    """The block of a StepSpec or Layout on the rank at grid ``coords`` (None: outside the grid)."""
-    nd = len(gshape)
-    if coords is None:
-        return RankBlock((0,) * nd, (0,) * nd, (0,) * nd)
-    vals = dict(values)
-    for s, c in zip(spec.rank_syms, coords):
-        if s:
-            vals[s] = c
-    lo, hi = None, None
-    for box in spec.boxes:
-        st = [max(evaluate(b, vals), 0) for b, _ in box]
-        en = [min(evaluate(e, vals), gshape[d] - 1) for d, (_, e) in enumerate(box)]
-        if any(e < s for s, e in zip(st, en)):
-            continue
-        lo = st if lo is None else [min(a, b) for a, b in zip(lo, st)]
-        hi = en if hi is None else [max(a, b) for a, b in zip(hi, en)]
-    origin = tuple(evaluate(o, vals) for o in spec.origin)
-    if lo is None:
-        return RankBlock(origin, (0,) * nd, (0,) * nd)
-    return RankBlock(origin, tuple(lo), tuple(h - l + 1 for l, h in zip(lo, hi)))
-
-
-def _all_blocks(spec, values, nranks, gshape) -> List[RankBlock]:
-    """``_block`` of every rank ``0 .. nranks-1`` (row-major coordinates in ``spec.grid``), its bounds
-    evaluated for all ranks at once (``exprs.evaluate_many``): one rank's call-time solve touches
-    every rank's block of each step, which for thousands of ranks was most of its time."""
-    nd = len(gshape)
-    if nd == 0 or not spec.boxes:
-        return [_block(spec, grid_coords(q, spec.grid), values, gshape) for q in range(nranks)]
-    rest = np.arange(nranks, dtype=np.int64)
-    coords = []
-    for g in reversed(spec.grid):
-        coords.append(rest % g)
-        rest = rest // g
-    coords.reverse()
-    inside = rest == 0
-    vals = dict(values)
-    for s, c in zip(spec.rank_syms, coords):
-        if s:
-            vals[s] = c
-    lo = hi = None
-    for box in spec.boxes:
-        limit = np.asarray([gshape[d] for d in range(len(box))], dtype=np.int64)[:, None] - 1
-        st = np.maximum(np.stack([evaluate_many(b, vals, nranks) for b, _ in box]), 0)
-        en = np.minimum(np.stack([evaluate_many(e, vals, nranks) for _, e in box]), limit)
-        ok = np.all(en >= st, axis=0)
-        if lo is None:
-            lo, hi, found = np.where(ok, st, 0), np.where(ok, en, 0), ok
-        else:
-            lo = np.where(ok, np.where(found, np.minimum(lo, st), st), lo)
-            hi = np.where(ok, np.where(found, np.maximum(hi, en), en), hi)
-            found = found | ok
-    origin = (np.stack([evaluate_many(o, vals, nranks) for o in spec.origin]) if len(spec.origin)
-              else np.zeros((0, nranks), dtype=np.int64))
-    zeros = (0,) * nd
-    origins = zip(*origin.tolist()) if len(spec.origin) else [()] * nranks
-    starts, sizes = zip(*lo.tolist()), zip(*(hi - lo + 1).tolist())      # per rank, as tuples of ints
-    out = []
-    for q, (o, st, sz, inq, fq) in enumerate(zip(origins, starts, sizes, inside.tolist(), found.tolist())):
-        if not inq:
-            out.append(RankBlock(zeros, zeros, zeros))
-        elif not fq:
-            out.append(RankBlock(o, zeros, zeros))
-        else:
-            out.append(RankBlock(o, st, sz))
-    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,98 +42,6 @@ class ConcreteRedist:
     src_blocks: Tuple[RankBlock, ...]
     dst_blocks: Tuple[RankBlock, ...]
     plan: CommPlan
-
-
-def _box(b: RankBlock):
-    for n in b.size:
-        if n <= 0:
-            return None
-    return b.start, b.size
-
-
-def _cover(boxes: Sequence, gshape: Tuple[int, ...]) -> bool:
-    left = [(tuple(0 for _ in gshape), tuple(gshape))]
-    for b in {b for b in boxes if b is not None}:
-        left = [piece for u in left for piece in subtract(u, b)]
-        if not left:
-            return True
-    return not left
-
-
-def _grow(boxes: List, gshape: Tuple[int, ...], nranks: int) -> List:
-    """Owner blocks: the anchor's blocks stretched to the array's edges, or rows split evenly."""
-    have = [b for b in boxes if b is not None]
-    nd = len(gshape)
-    if have:
-        lo = [min(b[0][d] for b in have) for d in range(nd)]
-        hi = [max(b[0][d] + b[1][d] for b in have) for d in range(nd)]
-        out = []
-        for b in boxes:
-            if b is None:
-                out.append(None)
-                continue
-            st, en = list(b[0]), [s + n for s, n in zip(b[0], b[1])]
-            for d in range(nd):
-                if st[d] == lo[d]:
-                    st[d] = 0
-                if en[d] == hi[d]:
-                    en[d] = gshape[d]
-            out.append((tuple(st), tuple(e - s for s, e in zip(st, en))))
-        if _cover(out, gshape):
-            return out
-    out = []
-    for q in range(nranks):
-        a, n = block_span(gshape[0], nranks, q)
-        out.append(((a,) + (0,) * (nd - 1), (n,) + tuple(gshape[1:])) if n > 0 else None)
-    return out
-
-
-def solve_homes(homes: Sequence[HomeSpec], values: Dict[str, int], nranks: int) -> Dict[str, HomeSolution]:
-    """Owner blocks and buffer extents of every home, for concrete sizes."""
-    out = {}
-    for h in homes:
-        gshape = tuple(evaluate(s, values) for s in h.global_shape)
-        nd = len(gshape)
-        anchor = [_box(_block(h.anchor, grid_coords(q, h.anchor.grid), values, gshape)) for q in range(nranks)]
-        owned = _grow(anchor, gshape, nranks)
-        lo = [list(b[0]) if b is not None else None for b in owned]
-        hi = [[s + n for s, n in zip(*b)] if b is not None else None for b in owned]
-        for acc in h.accesses:
-            for q in range(nranks):
-                b = _box(_block(acc, grid_coords(q, acc.grid), values, gshape))
-                if b is None:
-                    continue
-                if lo[q] is None:
-                    lo[q], hi[q] = list(b[0]), [s + n for s, n in zip(*b)]
-                else:
-                    lo[q] = [min(x, y) for x, y in zip(lo[q], b[0])]
-                    hi[q] = [max(x, y + n) for x, y, n in zip(hi[q], b[0], b[1])]
-        shapes = tuple(tuple(max(e - a, 1) for a, e in zip(lo[q], hi[q])) if lo[q] is not None
-                       else ((0,) if h.boundary else (1,)) * nd for q in range(nranks))
-        blocks = []
-        for q in range(nranks):
-            origin = tuple(lo[q]) if lo[q] is not None else (0,) * nd
-            b = owned[q]
-            blocks.append(RankBlock(origin, b[0], b[1]) if b is not None else RankBlock(origin, (0,) * nd, (0,) * nd))
-        out[h.name] = HomeSolution(h, tuple(blocks), shapes)
-    return out
-
-
-def _home_blocks(lay, values, nranks, gshape, homes):
-    nd = len(gshape)
-    zero = (0,) * nd
-    if lay.home in (ROOT_HOME, ALL_HOME):
-        full = RankBlock(zero, zero, tuple(gshape))
-        empty = RankBlock(zero, zero, zero)
-        return (tuple(full if (q == 0 or lay.home == ALL_HOME) else empty for q in range(nranks)),
-                (tuple(gshape),) * nranks)
-    sol = homes[lay.home]
-    if not lay.boxes:
-        return sol.owned, sol.shapes
-    blocks = []
-    for q, b in enumerate(_all_blocks(lay, values, nranks, gshape)):
-        blocks.append(RankBlock(sol.owned[q].origin, b.start, b.size))
-    return tuple(blocks), sol.shapes
 
 
 def _layout_blocks(lay, array: str, values, nranks, gshape, homes=None):
@@ -284,7 +113,7 @@ def solve_redist(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None
         sblocks, slshape = _layout_blocks(src, spec.array, values, nranks, gshape, homes)
         dblocks, dlshape = _layout_blocks(spec.layout, spec.array, values, nranks, gshape, homes)
     except ScheduleError:
-        refined = _refined_layouts(spec, values, nranks, gshape)
+        refined = _refined_layouts(spec, values, nranks, gshape, homes)
         if refined is None:
             raise
         gshape, sblocks, slshape, dblocks, dlshape = refined
@@ -293,27 +122,34 @@ def solve_redist(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None
     return ConcreteRedist(spec, nranks, gshape, slshape, dlshape, sblocks, dblocks, plan)
 
 
-def _refined_layouts(spec: StepSpec, values, nranks, ashape):
+def _refined_layouts(spec: StepSpec, values, nranks, ashape, homes=None):
     """Both layouts of a grid-to-grid step in the common refinement of the array's shape and the
     views they use (``boxes.common_refinement``), where a block of one view is no block of the
-    array: the fused QKV product's column blocks and the attention's (heads x q/k columns)
-    blocks of its ``(B, S, H, 3 E_H)`` view are both blocks of that refinement. None where
-    there is none (or a layout is a home or clipped)."""
+    array: the fused QKV product's column blocks (or its home's) and the attention's (heads x
+    q/k columns) blocks of its ``(B, S, H, 3 E_H)`` view are both blocks of that refinement.
+    None where there is none (or a layout is clipped)."""
     lays = (spec.source, spec.layout)
-    if any(lay.home or lay.clip for lay in lays):
+    if any(lay.clip for lay in lays):
         return None
-    own = [tuple(evaluate(n, values) for n in lay.view_shape) if lay.view_shape else ashape for lay in lays]
+    own = [tuple(evaluate(n, values) for n in lay.view_shape) if lay.view_shape and not lay.home else ashape
+           for lay in lays]
     fine = common_refinement([ashape] + own)
     if fine is None:
         return None
+    zero = (0,) * len(fine)
     out = [fine]
     for lay, shape in zip(lays, own):
-        lshape = tuple(evaluate(n, values) for n in lay.local_shape)
+        if lay.home:         # per rank the home's block and buffer, in the array's coordinates
+            hblocks, hshapes = _home_blocks(lay, values, nranks, ashape, homes or {})
+            pairs = list(zip(hblocks, hshapes))
+        else:
+            lshape = tuple(evaluate(n, values) for n in lay.local_shape)
+            pairs = [(b, lshape) for b in _all_blocks(lay, values, nranks, shape)]
         blocks, shapes = [], []
-        for b in _all_blocks(lay, values, nranks, shape):
+        for b, lshape in pairs:
             if _box(b) is None:
-                blocks.append(RankBlock((0,) * len(fine), (0,) * len(fine), (0,) * len(fine)))
-                shapes.append(tuple(1 for _ in fine))
+                blocks.append(RankBlock(zero, zero, zero))
+                shapes.append(zero if lay.home and 0 in lshape else tuple(1 for _ in fine))
                 continue
             try:
                 if any(o < 0 or o + n > v for o, n, v in zip(b.origin, lshape, shape)):
@@ -325,7 +161,7 @@ def _refined_layouts(spec: StepSpec, values, nranks, ashape):
             blocks.append(RankBlock(alloc[0], box[0], box[1]))
             shapes.append(alloc[1])
         used = {sh for sh, b in zip(shapes, blocks) if b.count and all(b.size)}
-        if len(used) == 1:           # ranks without a block keep the common buffer shape
+        if len(used) == 1 and not lay.home:           # ranks without a block keep the common buffer shape
             shapes = [next(iter(used))] * len(shapes)
         out += [tuple(blocks), tuple(shapes)]
     return tuple(out)

@@ -18,6 +18,7 @@ from .exprs import same_value
 from .errors import DistributedLoweringError, LoweredStateError
 from .kernels import find_kernels
 from .mpi import DistributedMemlet
+from .nested_strides import restride_into
 from .plan import Layout, StepSpec
 from .schedule import Schedule
 
@@ -440,6 +441,7 @@ class _Rewriter:
             for e in inner:
                 if e.data.data == arr:
                     e.data.data = local
+                    restride_into(e, self.sdfg.arrays[arr], self.sdfg.arrays[local])
             self.pre_steps(state, kp, arr, c, local, me)
             if c.write is not None:
                 outs = [e for e in state.out_edges(mx) if not e.data.is_empty() and e.data.data == arr]

@@ -19,7 +19,8 @@ CG = "cg:GEMV__map=4,1;*=4"
 CONV = "jacobi_conv:*=4"
 CASES = ["jacobi1d:*=4", "jacobi2d:*=2,2", "jacobi2d:*=4,1", "heat3d:*=4,1,1", "heat3d:*=2,2,1", "fdtd2d:*=2,2", CG, CONV,
          "cg:auto", "flagged:*=4", "trimul:auto", "tri_syrk:auto", "loop_matmul:auto",
-         "tri_carried:auto"]
+         "tri_carried:auto",
+         "conv_bias:auto", "conv_pool:auto", "corr_rows:auto"]     # NPBench's conv2d, lenet, correlation (issue 23)
 
 
 def _lowered(name, grids):

@@ -233,9 +233,9 @@ class DistributedProgram:
         return cupy.asarray(out) if isinstance(out, np.ndarray) else out
 
     def _checked(self, kwargs, arrays, given, P):
-        """Rank 0: (symbol values, error or None, arguments to reshape) of a call. A warm call with the same argument
-        names, shapes, dtypes and size symbols as an earlier good one reuses its answer, so it
-        does no symbolic work (sympy) at all."""
+        """Rank 0: (symbol values, error or None, arguments to reshape) of a call. A warm call with
+        the same argument names, shapes, dtypes and size symbols as an earlier good one reuses its
+        answer, so it does no symbolic work (sympy) at all."""
         key = (P, tuple(sorted(kwargs)), tuple(sorted((k, a.shape, a.dtype.str) for k, a in arrays.items())),
                tuple(sorted((k, int(v) if isinstance(v, (int, np.integer)) else repr(v)) for k, v in given.items())))
         hit = self._signatures.get(key)

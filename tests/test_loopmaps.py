@@ -93,8 +93,8 @@ def _nested_buffers(sdfg):
             for e in list(st.in_edges(n)) + list(st.out_edges(n)):
                 conn = e.dst_conn if e.dst is n else e.src_conn
                 if e.data.data and e.data.data.startswith("__dsdfg_") and conn in n.sdfg.arrays:
-                    views = [n.sdfg.arrays[x.data] for ist in n.sdfg.states() for a in ist.data_nodes() if a.data == conn
-                             for ie in ist.all_edges(a) for x in (ie.src, ie.dst)
+                    views = [n.sdfg.arrays[x.data] for ist in n.sdfg.states() for a in ist.data_nodes()
+                             if a.data == conn for ie in ist.all_edges(a) for x in (ie.src, ie.dst)
                              if isinstance(x, nodes.AccessNode) and isinstance(n.sdfg.arrays[x.data], dt.View)]
                     out.append((sdfg.arrays[e.data.data], n.sdfg.arrays[conn], views))
     return out

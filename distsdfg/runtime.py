@@ -227,16 +227,20 @@ class DistributedProgram:
         out = self._call(kwargs)
         for k, v in devices.items():
             if k in self._written:
-                v[...] = cupy.asarray(kwargs[k]).reshape(v.shape)
+                new, shape = cupy.asarray(kwargs[k]), getattr(v, "shape", None)
+                if shape is not None and getattr(new, "shape", shape) != shape:    # passed with size-1 dimensions
+                    new = new.reshape(shape)
+                v[...] = new
         if isinstance(out, tuple):
             return tuple(cupy.asarray(o) if isinstance(o, np.ndarray) else o for o in out)
         return cupy.asarray(out) if isinstance(out, np.ndarray) else out
 
     def _checked(self, kwargs, arrays, given, P):
         """Rank 0: (symbol values, error or None, arguments to reshape) of a call. A warm call with
-        the same argument names, shapes, dtypes and size symbols as an earlier good one reuses its
-        answer, so it does no symbolic work (sympy) at all."""
-        key = (P, tuple(sorted(kwargs)), tuple(sorted((k, a.shape, a.dtype.str) for k, a in arrays.items())),
+        the same argument names, shapes, dtypes, contiguity and size symbols as an earlier good one
+        reuses its answer, so it does no symbolic work (sympy) at all."""
+        key = (P, tuple(sorted(kwargs)),
+               tuple(sorted((k, a.shape, a.dtype.str, a.flags.c_contiguous) for k, a in arrays.items())),
                tuple(sorted((k, int(v) if isinstance(v, (int, np.integer)) else repr(v)) for k, v in given.items())))
         hit = self._signatures.get(key)
         if hit is not None:

@@ -5,7 +5,8 @@
 ``$MKLROOT/include/mkl.h`` and ``$MKLROOT/lib/libmkl_rt.so``, so ``configure()`` lays out an
 MKLROOT of symbolic links to the wheels' files in the cache folder (one per environment),
 exports it, and makes "MKL" the expansion of DaCe's BLAS library nodes (Gemm, Gemv, Dot,
-BatchedMatMul, and MatMul and einsum, which expand into those). The built program's RPATH
+BatchedMatMul, and MatMul and einsum, which expand into those) and of its LAPACK and linalg
+nodes (``np.linalg``; DaCe's default there is OpenBLAS). The built program's RPATH
 names that folder, so every rank that loads it finds libmkl_rt without LD_LIBRARY_PATH.
 
 Threads: one per rank by default (MKL's sequential layer, ``OMP_NUM_THREADS=1``), so that P

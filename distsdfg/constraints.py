@@ -104,6 +104,11 @@ def _exact(memlet: dace.Memlet, params: Sequence[str]) -> bool:
     """Whether propagating ``memlet`` over a box of ``params`` gives exactly the elements written."""
     if memlet.dynamic:
         return False
+    # A nested SDFG's memlet may cover more than it writes: ``[0:N, 0:H, j, 0:C]`` for a body
+    # that writes the row ``i`` of an outer loop only (its volume, ``N*C``, says so). Treating
+    # the box as written would gather the block's unwritten rows over the array (lenet).
+    if memlet.volume is not None and not _same(memlet.volume, memlet.subset.num_elements()):
+        return False
     pset = {symbolic.pystr_to_symbolic(p) for p in params}
     used = set()
     for b, e, s in memlet.subset.ndrange():

@@ -123,6 +123,13 @@ def copies_to_maps(sdfg: SDFG) -> int:
                 continue
             if len(state.edges_between(a, b)) != 1:
                 continue
+            # The same size written with two kinds of symbol (``i`` of the loop, ``i`` of a subset)
+            # is two sizes to CopyToMap, which then takes a path that fails (correlation's
+            # ``corr[i + 1:M, i] = corr[i, i + 1:M]``): both subsets in one spelling first.
+            for attr in ("subset", "other_subset"):
+                sub = getattr(e.data, attr)
+                if isinstance(sub, subsets.Range):
+                    setattr(e.data, attr, subsets.Range.from_string(str(sub)))
             CopyToMap.apply_to(sdfg, options={"ignore_strides": True}, verify=True, save=False, a=a, b=b)
             done += 1
     return done

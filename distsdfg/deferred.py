@@ -185,7 +185,7 @@ class DeferredProgram(DistributedProgram):
         if comm.rank == 0:      # the same checks (and cache of checked signatures) as a lowered program's
             arrays = {k: v for k, v in kwargs.items() if isinstance(v, np.ndarray) and k not in self.lowered.boundary}
             given = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k in self.sdfg.symbols}
-            values, error = self._checked(kwargs, arrays, given, comm.size)
+            values, error, _ = self._checked(kwargs, arrays, given, comm.size)
         error, values = comm.bcast((error, values), root=0)
         if error is not None:
             raise getattr(errors, error[0], InputError)(error[1])

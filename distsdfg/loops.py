@@ -204,7 +204,10 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
             feeders = [e.src for e in state.in_edges(node) if isinstance(e.src, nodes.AccessNode)]
             if isinstance(node, nodes.LibraryNode) and feeders:
                 # Library nodes validate their connectors: order through their inputs instead.
-                for f in feeders:
+                # A view has one edge, to or from its array: order through that array's node
+                # (correlation's ``data[:, i] @ data[:, i + 1:M]``: an extra edge into the view
+                # of ``data`` made it ambiguous, and DaCe rejected the SDFG).
+                for f in dict.fromkeys(_through_views(state, f) for f in feeders):
                     state.add_nedge(target, f, dace.Memlet())
             else:
                 state.add_nedge(target, node, dace.Memlet())
@@ -427,3 +430,11 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
             return True               # scalar arguments: every rank passes the same value
         st = self.data.get(x)
         return st is not None and st.all_valid
+
+
+def _through_views(state: SDFGState, node: nodes.AccessNode) -> nodes.AccessNode:
+    """The access node a read view takes its data from (``node`` itself when it is no view)."""
+    while isinstance(node.desc(state.sdfg), dt.View) and state.in_degree(node) == 1 \
+            and isinstance(state.in_edges(node)[0].src, nodes.AccessNode):
+        node = state.in_edges(node)[0].src
+    return node

@@ -14,6 +14,7 @@ from . import dace_compat as dc
 from .constraints import ArrayConstraint, KernelPlan
 from .errors import DistributedLoweringError
 from .mpi import DistributedMemlet
+from .nested_strides import restride_into
 from .plan import Layout, StepSpec
 from .lowered import (COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS, ArrayState, Holding, KernelGrid,
                       Lowered, same_blocks)
@@ -342,6 +343,7 @@ class Rewriter:
             for e in inner:
                 if e.data.data == arr:
                     e.data.data = local
+                    restride_into(e, self.sdfg.arrays[arr], self.sdfg.arrays[local])
             self.pre_steps(state, kp, arr, c, local, me)
             if c.write is not None:
                 outs = [e for e in state.out_edges(mx) if not e.data.is_empty() and e.data.data == arr]

@@ -113,7 +113,11 @@ class DistributedProgram:
                         f"only the other ranks may pass None or leave arrays out")
         return None
 
-    def _validate_arrays(self, arrays, values) -> Optional[str]:
+    def _validate_arrays(self, arrays, values, reshapes: Optional[Dict[str, tuple]] = None) -> Optional[str]:
+        """Shapes, dtypes and layouts of the array arguments; an array whose shape differs from the
+        program's only by dimensions of size 1 (NPBench's nbody passes ``mass`` as (N, 1) for
+        ``[N]``), C-contiguous, is accepted as DaCe accepts it: its name and the program's shape go
+        into ``reshapes`` and the call passes a view of that shape (same memory)."""
         from dace import data as dt
         for name, arr in arrays.items():
             desc = self.sdfg.arrays.get(name)
@@ -126,7 +130,14 @@ class DistributedProgram:
             except KeyError as exc:
                 return f"size symbol {exc} is missing: pass it as a keyword argument (e.g. {exc.args[0].split()[1]}=...)"
             if tuple(arr.shape) != want:
-                return f"argument `{name}` has shape {tuple(arr.shape)} but the program expects {want}"
+                if not _same_but_unit_dims(arr.shape, want) or reshapes is None:
+                    return f"argument `{name}` has shape {tuple(arr.shape)} but the program expects {want}"
+                if not arr.flags.c_contiguous:
+                    return (f"argument `{name}` has shape {tuple(arr.shape)} where the program expects {want}, which "
+                            f"is the same but for dimensions of size 1, and it is not C-contiguous: pass "
+                            f"np.ascontiguousarray({name}).reshape({want}) (and copy results back if the program "
+                            f"writes it)")
+                reshapes[name] = want
             want_dt = np.dtype(desc.dtype.as_numpy_dtype())
             if arr.dtype != want_dt:
                 return f"argument `{name}` has dtype {arr.dtype} but the program expects {want_dt}; convert it with .astype"
@@ -216,36 +227,40 @@ class DistributedProgram:
         out = self._call(kwargs)
         for k, v in devices.items():
             if k in self._written:
-                v[...] = cupy.asarray(kwargs[k])
+                new, shape = cupy.asarray(kwargs[k]), getattr(v, "shape", None)
+                if shape is not None and getattr(new, "shape", shape) != shape:    # passed with size-1 dimensions
+                    new = new.reshape(shape)
+                v[...] = new
         if isinstance(out, tuple):
             return tuple(cupy.asarray(o) if isinstance(o, np.ndarray) else o for o in out)
         return cupy.asarray(out) if isinstance(out, np.ndarray) else out
 
     def _checked(self, kwargs, arrays, given, P):
-        """Rank 0: (symbol values, error or None) of a call. A warm call with the same argument
-        names, shapes, dtypes and size symbols as an earlier good one reuses its answer, so it
-        does no symbolic work (sympy) at all."""
-        key = (P, tuple(sorted(kwargs)), tuple(sorted((k, a.shape, a.dtype.str) for k, a in arrays.items())),
+        """Rank 0: (symbol values, error or None, arguments to reshape) of a call. A warm call with
+        the same argument names, shapes, dtypes, contiguity and size symbols as an earlier good one
+        reuses its answer, so it does no symbolic work (sympy) at all."""
+        key = (P, tuple(sorted(kwargs)),
+               tuple(sorted((k, a.shape, a.dtype.str, a.flags.c_contiguous) for k, a in arrays.items())),
                tuple(sorted((k, int(v) if isinstance(v, (int, np.integer)) else repr(v)) for k, v in given.items())))
         hit = self._signatures.get(key)
         if hit is not None:
-            return dict(hit), None
-        values, error = None, None
+            return dict(hit[0]), None, dict(hit[1])
+        values, error, reshapes = None, None, {}
         try:
             if self.lowered.nprocs > P:
                 raise CommunicatorSizeError(
                     f"the schedule needs {self.lowered.nprocs} ranks but the communicator has {P}: run with "
                     f"`mpiexec -n {self.lowered.nprocs}` or lower with a smaller grid")
             values = symbol_values(self.sdfg, arrays, given)
-            msg = self._check_inputs(kwargs) or self._validate_arrays(arrays, values)
+            msg = self._check_inputs(kwargs) or self._validate_arrays(arrays, values, reshapes)
             error = ("InputError", msg) if msg else None
         except DistributedLoweringError as exc:
             error = (type(exc).__name__, str(exc))
         except Exception as exc:
             error = ("InputError", f"{type(exc).__name__}: {exc}")
         if error is None and len(self._signatures) < 64:
-            self._signatures[key] = dict(values)
-        return values, error
+            self._signatures[key] = (dict(values), dict(reshapes))
+        return values, error, reshapes
 
     @functools.cached_property
     def _rank_symbols(self) -> Dict[str, int]:
@@ -274,15 +289,20 @@ class DistributedProgram:
         comm, rank, P = self.comm, self.comm.rank, self.comm.size
         arrays = {k: v for k, v in kwargs.items() if isinstance(v, np.ndarray) and k not in self.lowered.boundary}
         given = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k in self.sdfg.symbols}
-        error, values = None, None
+        error, values, reshapes = None, None, None
         if rank == 0:
-            values, error = self._checked(kwargs, arrays, given, P)
+            values, error, reshapes = self._checked(kwargs, arrays, given, P)
         # Scalar arguments steer loops and branches: every rank takes rank 0's.
         scalars = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k not in self.sdfg.symbols}
-        error, values, scalars = comm.bcast((error, values, scalars if rank == 0 else None), root=0)
+        error, values, scalars, reshapes = comm.bcast((error, values, scalars if rank == 0 else None, reshapes),
+                                                      root=0)
         if error is not None:
             raise getattr(errors, error[0], InputError)(error[1])
         kwargs.update(scalars)
+        for name, shape in reshapes.items():     # size-1 dimensions only: a view of the same memory
+            a = kwargs.get(name)
+            if isinstance(a, np.ndarray) and a.shape != shape and a.size == int(np.prod(shape)):
+                kwargs[name] = a.reshape(shape)
         if self.lowered.rank0_only and rank != 0:
             return self._root_args.nothing()
         table, _, home_syms, blocks = self.plan(values)
@@ -303,7 +323,8 @@ class DistributedProgram:
         blas.use_threads(self.threads_per_rank)
         dc.fresh_return_arrays(self._compiled)     # results are handed over, not copied
         t_program = time.perf_counter()
-        if blocks:      # a rank's block is often a view (a slice of a memory map); checked contiguous above
+        if blocks or reshapes:      # a rank's block is often a view (a slice of a memory map); a reshaped
+            # argument is one; both checked contiguous above
             with dc.allow_view_arguments():
                 out = self._compiled(**call)
         else:
@@ -317,6 +338,11 @@ class DistributedProgram:
     @functools.cached_property
     def _root_args(self):
         return RootArguments(self.sdfg, self.lowered)
+
+
+def _same_but_unit_dims(got, want) -> bool:
+    """Two shapes equal once their dimensions of size 1 are dropped (same elements, same order)."""
+    return tuple(d for d in got if d != 1) == tuple(int(d) for d in want if d != 1)
 
 
 def _log(msg: str, verbose: bool):

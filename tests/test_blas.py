@@ -45,6 +45,12 @@ def test_import_selects_mkl_for_every_blas_node():
     assert os.path.exists(os.path.join(root, "include", "mkl.h"))
     assert os.path.realpath(os.path.join(root, "lib", "libmkl_rt.so")) == os.path.realpath(info.source)
     assert dblas.IntelMKL.cmake_libraries() == [os.path.join(root, "lib", "libmkl_rt.so")]
+    # np.linalg's LAPACK nodes too (their default, OpenBLAS, is often not installed: NPBench's cholesky2)
+    import dace.libraries.lapack as lapack
+    import dace.libraries.linalg as linalg
+    assert lapack.default_implementation == "MKL" and linalg.default_implementation == "MKL"
+    assert all("MKL" in cls.implementations for cls in (lapack.Potrf, lapack.Getrf, lapack.Getrs, linalg.Cholesky,
+                                                        linalg.Solve, linalg.Inv))
 
 
 @needs_mkl

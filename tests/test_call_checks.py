@@ -24,6 +24,24 @@ def test_wrong_shape(add_prog):
         add_prog(x=np.zeros((4, 8)), y=np.zeros((8, 16)))
 
 
+def test_shape_differing_by_unit_dims_is_accepted(add_prog):
+    """As DaCe does (NPBench's nbody passes `mass` as (N, 1) for `[N]`): same elements, C-contiguous."""
+    x, y = np.random.rand(4, 8, 16), np.random.rand(8, 1, 16)
+    np.testing.assert_allclose(add_prog(x=x, y=y), x + y.reshape(8, 16), rtol=1e-12)
+    assert y.shape == (8, 1, 16)     # the caller's array is left as it was
+    x1 = x.reshape(1, 4, 8, 16, 1)
+    np.testing.assert_allclose(add_prog(x=x1, y=y[:, 0, :].copy()), x + y.reshape(8, 16), rtol=1e-12)
+
+
+def test_shape_differing_by_unit_dims_but_strided_is_refused(add_prog):
+    add_prog(x=np.zeros((4, 8, 16)), y=np.zeros((8, 1, 16)))      # a good call of the same shapes first:
+    y = np.zeros((8, 2, 16))[:, :1, :]                             # the checked-signature cache must not hide this
+    with pytest.raises(InputError, match=r"same but for dimensions of size 1, and it is not C-contiguous"):
+        add_prog(x=np.zeros((4, 8, 16)), y=y)
+    with pytest.raises(InputError, match=r"shape \(16, 8\) but the program expects \(8, 16\)"):
+        add_prog(x=np.zeros((4, 8, 16)), y=np.zeros((16, 8)))
+
+
 def test_wrong_dtype(add_prog):
     with pytest.raises(InputError, match="dtype float32 but the program expects float64"):
         add_prog(x=np.zeros((4, 8, 16), np.float32), y=np.zeros((8, 16)))

@@ -77,3 +77,60 @@ def test_generality_report_classifies_without_compiling():
     assert classify("tri_syrk")["class"] == "distributed"
     r = classify("tri_carried")
     assert r["class"] == "rank-0 fallback" and "whole on rank 0" in r["detail"]
+
+
+# -- NPBench shapes the lowering once got wrong (distsdfg.testing.triangular) -------------------------
+def _nested_buffers(sdfg):
+    """(outer descriptor, inner descriptor, views of it inside) for each array a map's nested body
+    reaches through a rank's local buffer."""
+    from dace import data as dt
+    from dace.sdfg import nodes
+    out = []
+    for st in sdfg.states():
+        for n in st.nodes():
+            if not isinstance(n, nodes.NestedSDFG):
+                continue
+            for e in list(st.in_edges(n)) + list(st.out_edges(n)):
+                conn = e.dst_conn if e.dst is n else e.src_conn
+                if e.data.data and e.data.data.startswith("__dsdfg_") and conn in n.sdfg.arrays:
+                    views = [n.sdfg.arrays[x.data] for ist in n.sdfg.states() for a in ist.data_nodes()
+                             if a.data == conn for ie in ist.all_edges(a) for x in (ie.src, ie.dst)
+                             if isinstance(x, nodes.AccessNode) and isinstance(n.sdfg.arrays[x.data], dt.View)]
+                    out.append((sdfg.arrays[e.data.data], n.sdfg.arrays[conn], views))
+    return out
+
+
+def test_nested_body_takes_the_local_buffers_strides():
+    """conv2d's loop body, nested by LoopToMap, kept the global output's strides while the lowering
+    passed it a rank's smaller block: it wrote past the block (segmentation fault)."""
+    from distsdfg.exprs import same_value
+    sd = get("conv_bias").sdfg()
+    body = [m for m in distsdfg.maps(sd) if m.params == ("j",)]      # the loop over j, turned into a map
+    distsdfg.lower(sd, {body[0].key: (4,)})
+    found = _nested_buffers(sd)
+    assert any("int_ceil" in str(outer.shape) for outer, _, _ in found)      # a rank's block, not the array
+    assert any(views for _, _, views in found)
+    for outer, inner, views in found:
+        assert all(same_value(a, b) for a, b in zip(inner.strides, outer.strides)), (inner.strides, outer.strides)
+        for v in views:         # the body's view of the output row: strides of the buffer too
+            assert all(any(same_value(s, o) for o in outer.strides) for s in v.strides), (v.strides, outer.strides)
+
+
+def test_body_writing_an_outer_loops_row_is_not_an_exact_write():
+    """lenet's max-pool body writes row i of an outer loop; its memlet spans every row (volume
+    CN*CO): taking that as written gathered the block's unwritten rows over the result."""
+    from distsdfg.constraints import kernel_constraints
+    sd = _sdfg("conv_pool")
+    kernels = [k for k in find_kernels(sd) if k.kind == "map" and not k.runtime_symbols]
+    writes = {arr: c for k in kernels for arr, c in kernel_constraints(k, {}).arrays.items() if c.write is not None
+              and any(n.sdfg for n in k.state.scope_children()[k.node] if hasattr(n, "sdfg"))}
+    assert writes and not any(c.write_exact for c in writes.values()), writes
+
+
+def test_correlation_triangle_lowers_for_its_planned_schedule():
+    """correlation's ``corr[i, i + 1:M] = d[:, i] @ d[:, i + 1:M]`` after split maps: the gather before
+    the product put an ordering edge into the view of d, which DaCe rejected (RewriteLimitError)."""
+    sd = get("corr_rows").sdfg()
+    distsdfg.lower(sd, "auto", nprocs=4, plan_options=dict(TN=12, TM=10))     # DaCe validates the result
+    from distsdfg.solver import lowered_of
+    assert any(any(g > 1 for g in grid) for grid in lowered_of(sd).schedule.as_dict().values())

@@ -100,3 +100,26 @@ def test_in_place_kernel_without_listed_outputs_is_compared_on_its_arrays(tmp_pa
     assert "A" in ref and np.array_equal(ref["A"], 2 * args["A"])
     assert nb.rel_error(nb.outputs(None, {"A": 2 * args["A"]}, bench.output_names()), ref) == 0.0
     assert nb.rel_error(nb.outputs(None, {"A": args["A"]}, bench.output_names()), ref) > 0.1
+
+
+def test_dace_alone_is_tried_again_with_default_build_settings(tmp_path, monkeypatch):
+    """A kernel DaCe alone fails to build with the report's quick settings counts when DaCe's own work."""
+    bench = {b.name: b for b in nb.discover(_fake(tmp_path))}["scale"]
+    for k, v in nb.FAST_BUILD.items():
+        monkeypatch.setenv(k, v)
+    seen = []
+
+    def fake(b, suffix=""):
+        seen.append((suffix, all(k in nb.os.environ for k in nb.FAST_BUILD)))
+        ok = suffix != ""
+        return {"kernel": b.name, "ok": ok, "detail": "" if ok else "CompilerConfigurationError: -O0"}
+
+    monkeypatch.setattr(nb, "_baseline", fake)
+    rec = nb.baseline(bench)
+    assert rec["ok"] and "default build settings" in rec["detail"] and "-O0" in rec["detail"]
+    assert seen == [("", True), ("_default_build", False)]
+    assert all(nb.os.environ[k] == v for k, v in nb.FAST_BUILD.items())       # put back for the next kernel
+    monkeypatch.delenv("DACE_compiler_build_type")
+    monkeypatch.delenv("DACE_compiler_cpu_args")
+    seen.clear()
+    assert nb.baseline(bench)["ok"] is False and seen == [("", False)]      # no quick settings: one try

@@ -66,6 +66,15 @@ def use_blas_implementation(name: str) -> None:
     for cls in (blas.Gemm, blas.Gemv, blas.Dot, blas.BatchedMatMul, blas.Ger, blas.Axpy):
         if name not in cls.implementations and cls.default_implementation is None:
             cls.default_implementation = "pure"
+    # np.linalg (cholesky, solve, inv) expands to DaCe's LAPACK nodes, whose default is OpenBLAS:
+    # with MKL they build where only the mkl wheel is installed (NPBench's cholesky2, contour_integral)
+    from dace.config import Config
+    import dace.libraries.lapack as lapack
+    import dace.libraries.linalg as linalg
+    for lib, key in ((lapack, "lapack"), (linalg, "linalg")):
+        if name == "MKL" and lib.default_implementation is None \
+                and Config.get("library", key, "default_implementation") == "OpenBLAS":
+            lib.default_implementation = name
 
 
 def blas_nodes(sdfg: SDFG) -> List[nodes.LibraryNode]:

@@ -17,9 +17,7 @@ MAX_LINES = 500
 KNOWN_CYCLES: list = []
 
 #: Modules over MAX_LINES lines, not yet split.
-KNOWN_LONG = {
-    "distsdfg.testing.programs",  # the test-program registry
-}
+KNOWN_LONG: set = set()
 
 
 def _modules():

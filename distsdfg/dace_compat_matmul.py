@@ -37,10 +37,35 @@ def _rank(size: Sequence) -> int:
     return max(1, sum(1 for d in size if not _is_one(d)))
 
 
+def _same(a, b) -> bool:
+    try:
+        return int(a) == int(b)
+    except (TypeError, ValueError):
+        import sympy
+        return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def is_matrix_product(sa: Sequence, sb: Sequence, sc: Sequence) -> bool:
+    """Whether subsets of sizes ``sa``, ``sb`` and ``sc`` are, dimension for dimension, the operands and
+    result of a (batched) matrix product ``(..., M, K) @ (..., K, N) -> (..., M, N)``. A subset with
+    an index dimension (``d[0:N, i]``: a vector taken out of a matrix) usually is not; DaCe squeezes
+    those away, which is right for them."""
+    if len(sa) < 2 or len(sb) < 2 or len(sc) != max(len(sa), len(sb)):
+        return False
+    (m, k), (k2, n), (mc, nc) = sa[-2:], sb[-2:], sc[-2:]
+    if not (_same(k, k2) and _same(m, mc) and _same(n, nc)):
+        return False
+    return all(_same(x, y) for s in (sa, sb) for x, y in zip(s[:-2], sc[len(sc) - len(s):-2]))
+
+
 def misread_by_dace(sa: Sequence, sb: Sequence, sc: Sequence) -> bool:
     """Whether DaCe 1.0.2's MatMul expansion, which squeezes out size-1 dimensions, would compute
-    something other than the product of operands of sizes ``sa`` and ``sb`` (output ``sc``) or
-    fail to expand it."""
+    something other than the matrix product of operands of sizes ``sa`` and ``sb`` (output ``sc``),
+    or fail to expand it. Only products whose subsets are a matrix product dimension for dimension
+    (``is_matrix_product``) qualify: in ``d[0:N, i] @ B`` the size-1 dimension is an index, and
+    DaCe's reading (a vector times a matrix) is the program's."""
+    if not is_matrix_product(sa, sb, sc):
+        return False
     if (_rank(sa), _rank(sb)) == (len(sa), len(sb)):
         return False                                    # nothing squeezed away
     if len(sa) == 2 and len(sb) == 2:
@@ -124,8 +149,6 @@ def degenerate_matmuls_to_maps(sdfg: SDFG) -> int:
             sa, sb, sc = ea.data.subset.size(), eb.data.subset.size(), ec.data.subset.size()
             if len(sc) < 2 or len(sa) < 2 or len(sb) < 2 or not misread_by_dace(sa, sb, sc):
                 continue
-            if any(len(s) > 2 and list(s[:-2]) != list(sc[len(sc) - len(s):-2]) for s in (sa, sb)):
-                continue                                  # a broadcast batch: left to DaCe
 
             _replace(sdfg, state, node, ea, eb, ec)
             done += 1

@@ -119,7 +119,10 @@ def test_matmul_blocks_that_dace_reads_as_vectors_are_computed_by_maps(tmp_path)
     from distsdfg.testing import fuzz_corpus as fc
     from distsdfg.testing.fuzz import FuzzCase
     assert misread_by_dace([10, 1], [1, 6], [10, 6]) and misread_by_dace([1, 1], [1, 6], [1, 6])
-    assert misread_by_dace([3, 3, 7], [3, 1, 7], [3, 3, 7])
+    assert misread_by_dace([3, 3, 7], [3, 7, 1], [3, 3, 1])
+    # A vector taken out of a matrix (``d[0:12, i] @ B``, NPBench's correlation): the size-1
+    # dimension is an index, and DaCe's vector-times-matrix reading is the program's.
+    assert not misread_by_dace([12, 1], [12, 9], [1, 9])
     assert not misread_by_dace([1, 7], [7, 6], [1, 6]) and not misread_by_dace([10, 7], [7, 1], [10, 1])
     assert not misread_by_dace([1, 7], [7, 1], [1, 1]) and not misread_by_dace([10, 7], [7, 6], [10, 6])
     with warnings.catch_warnings():

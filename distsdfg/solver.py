@@ -25,7 +25,7 @@ from .errors import DistributedLoweringError, ScheduleError, SizeError
 from .plan import (F_ACC, F_MASK, F_MERGE, F_REPL, CommStep, ConcreteStep, RankBlock, StepSpec, evaluate,
                    given_values, symbol_values)
 from .redistribute import CommPlan, plan_redistribution
-from .homes import _all_blocks, _box, _grow, _home_blocks, grid_coords, solve_homes  # noqa: F401 (_grow: tests)
+from .homes import _all_blocks, _box, _home_blocks, grid_coords, solve_homes
 
 __all__ = ["solve_plan", "solve_homes", "solve_step", "solve_redist", "ConcreteRedist", "comm_steps", "lowered_of",
            "planned", "symbol_values", "given_values", "grid_coords"]

@@ -129,7 +129,7 @@ def test_inplace_redistribution_is_point_to_point():
 
 
 def test_home_blocks_grow_to_the_array_edges():
-    from distsdfg.solver import _grow
+    from distsdfg.homes import _grow
     inner = [((1,), (4,)), ((5,), (4,)), ((9,), (3,))]
     assert _grow(inner, (13,), 3) == [((0,), (5,)), ((5,), (4,)), ((9,), (4,))]
     # Blocks that cannot be stretched into a cover fall back to an even split of the rows.

@@ -157,11 +157,15 @@ def test_info_names_versions_blas_and_compilers(tmp_path):
 
 
 def test_threads_per_rank_reaches_every_rank(tmp_path):
+    # Each rank writes its own file: two ranks printing to one forwarded stdout may interleave their lines.
     script = tmp_path / "threads.py"
-    script.write_text("import os\nfrom mpi4py import MPI\nfrom distsdfg import blas\n"
-                      "print(MPI.COMM_WORLD.rank, blas.threads_per_rank(), os.environ['OMP_NUM_THREADS'], "
-                      "os.environ['MKL_NUM_THREADS'], os.environ['MKL_THREADING_LAYER'], flush=True)\n")
-    r = _distsdfg(["launch", "-n", "2", "--threads-per-rank", "2", "--timeout", "300", str(script)], tmp_path,
-                  timeout=400)
+    script.write_text("import os, sys\nfrom mpi4py import MPI\nfrom distsdfg import blas\n"
+                      "rank = MPI.COMM_WORLD.rank\n"
+                      "line = ' '.join(str(v) for v in (rank, blas.threads_per_rank(), os.environ['OMP_NUM_THREADS'], "
+                      "os.environ['MKL_NUM_THREADS'], os.environ['MKL_THREADING_LAYER']))\n"
+                      "open(os.path.join(sys.argv[1], f'rank{rank}.txt'), 'w').write(line)\n")
+    r = _distsdfg(["launch", "-n", "2", "--threads-per-rank", "2", "--timeout", "300", str(script), str(tmp_path)],
+                  tmp_path, timeout=400)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert sorted(r.stdout.split("\n")[:2]) == ["0 2 2 2 GNU", "1 2 2 2 GNU"]
+    lines = [(tmp_path / f"rank{k}.txt").read_text() for k in range(2)]
+    assert lines == ["0 2 2 2 GNU", "1 2 2 2 GNU"]

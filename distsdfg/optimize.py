@@ -25,6 +25,8 @@ Steps 1 to 4 apply to straight-line programs with root placement (see ``optimize
    axes around a sequential loop over the reduced ones), several times faster than the
    default ``pure`` expansion, which accumulates every element through a write-conflict
    resolution.
+6. Maps that copy between two arrays along different dimensions (transposes) are tiled into
+   cache-sized blocks (``tile_transposes``, ``dace_compat_tiling``).
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from typing import Dict, List
 
 from dace.sdfg import SDFG
 
-__all__ = ["optimize_lowered", "enabled", "alias_whole_blocks", "alias_local_copies"]
+__all__ = ["optimize_lowered", "enabled", "alias_whole_blocks", "alias_local_copies", "tile_transposes"]
 
 
 def enabled(optimize) -> bool:
@@ -94,6 +96,24 @@ def fast_reductions(sdfg: SDFG) -> int:
         node.implementation = impl
         n += 1
     return n
+
+
+def tile_transposes(sdfg: SDFG) -> int:
+    """Tile every top-level map that reads or writes along two different contiguous dimensions
+    (``dace_compat_tiling.transposed_params``) into ``TILE`` x ``TILE`` blocks; returns how many."""
+    from dace.sdfg import nodes
+
+    from .dace_compat_tiling import tile_map, transposed_params
+    found = []
+    for state in sdfg.states():
+        for n in state.nodes():
+            if isinstance(n, nodes.MapEntry) and state.entry_node(n) is None:
+                pair = transposed_params(state, n)
+                if pair is not None:
+                    found.append((state, n, pair))
+    for state, entry, pair in found:
+        tile_map(sdfg, state, entry, pair)
+    return len(found)
 
 
 def _same(a, b) -> bool:
@@ -353,4 +373,5 @@ def optimize_lowered(sdfg: SDFG, low, *, straight: bool, one_rank: bool = False)
         done["aliased"] = alias_whole_blocks(sdfg, low)
         low.rank0_only = True
     done["reductions"] = fast_reductions(sdfg)
+    done["tiled"] = tile_transposes(sdfg)
     return done

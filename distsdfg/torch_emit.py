@@ -82,6 +82,11 @@ class Emitter:
         self.lines: List[str] = []
         self.map_names: Dict[int, str] = {}       # body line of a `for ... in dace.map` -> kernel name
         self._taken: set = set()
+        # array written by a permute kernel -> (its source, the permutation): a permute of it reads the
+        # source directly (two transposes cancel). Sources are not written again while the traced graph
+        # is emitted (temporaries are written by their own operator only; parameters and optimizer
+        # state only by the update kernels emitted after the whole graph).
+        self.permutes: Dict[str, Tuple["Val", Tuple[int, ...]]] = {}
 
     # -- names -------------------------------------------------------------------------------
     def fresh(self, base: str) -> str:

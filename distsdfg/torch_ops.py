@@ -148,7 +148,13 @@ def _permute(em, name, meta, args, kwargs):
         return src
     if src.is_const:
         return Val(None, tuple(shape), src.dtype, src.const)
+    if src.name in em.permutes:       # a permute of a permute: one permute of the first one's source
+        src, first = em.permutes[src.name]
+        perm = [first[p] for p in perm]
+        if perm == sorted(perm):
+            return src
     out = em.empty(name, shape, dtype)
+    em.permutes[out.name] = (src, tuple(perm))
     idx = [""] * len(perm)
     for d, p in enumerate(perm):
         idx[p] = f"i{d}"

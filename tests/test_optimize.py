@@ -3,6 +3,7 @@
 The compiled results of optimised programs are checked by the mpiexec cases of test_mpi.py
 (greatcircle, softmax, mlp, ...), which lower with the optimisation on (the default).
 """
+import dace
 import pytest
 from dace.libraries.standard import Reduce
 from dace.sdfg import nodes
@@ -152,3 +153,42 @@ def test_map_and_library_kernels_on_one_grid_share_their_blocks():
                if e.data.data and e.data.data.startswith("__dsdfg_exp_arr") and "__i0" in str(e.data.subset)]
     assert shifted and all("__dsdfg_k" in s for s in shifted)       # a map's global index minus the origin
     opt.validate()
+
+
+TR_M, TR_N = (dace.symbol(s) for s in ("TR_M", "TR_N"))
+
+
+@dace.program
+def _transpose_then_scale(g: dace.float64[TR_M, TR_N], v: dace.float64[TR_M], t: dace.float64[TR_N, TR_M],
+                          s: dace.float64[TR_M, TR_N]):
+    for i0, i1 in dace.map[0:TR_N, 0:TR_M]:
+        t[i0, i1] = 2.0 * g[i1, i0]
+    for i0, i1 in dace.map[0:TR_M, 0:TR_N]:         # a row-broadcast vector: not a transpose
+        s[i0, i1] = g[i0, i1] * v[i0]
+
+
+def test_transposing_maps_are_tiled_and_compute_the_same():
+    """Only the transposing map is tiled (two inner parameters of TILE); sizes that are no
+    multiple of the tile, compiled on one process, give NumPy's values exactly."""
+    import numpy as np
+
+    from distsdfg import optimize
+    from distsdfg.dace_compat_tiling import TILE, transposed_params
+    sdfg = _transpose_then_scale.to_sdfg()
+    sdfg.name = "distsdfg_test_tile_transposes"
+    dc.simplify(sdfg)
+    found = [transposed_params(st, n) for st in sdfg.states() for n in st.nodes()
+             if isinstance(n, nodes.MapEntry) and st.entry_node(n) is None]
+    assert sorted(found, key=str) == [("i0", "i1"), None]
+    assert optimize.tile_transposes(sdfg) == 1
+    inner = [n for n, st in sdfg.all_nodes_recursive() if isinstance(n, nodes.MapEntry) and st.entry_node(n) is not None]
+    assert len(inner) == 1 and len(_maps(sdfg)) == 3
+    outer = [n for n in _maps(sdfg) if n not in inner and len(n.map.params) == 2 and "tile" in n.map.params[0]]
+    assert len(outer) == 1 and [str(r[2]) for r in outer[0].map.range.ranges] == [str(TILE)] * 2
+    sdfg.validate()
+    rng = np.random.default_rng(0)
+    m, n = 37, 21
+    g, v = rng.random((m, n)), rng.random(m)
+    t, s = np.zeros((n, m)), np.zeros((m, n))
+    sdfg(g=g, v=v, t=t, s=s, TR_M=m, TR_N=n)
+    assert np.array_equal(t, 2.0 * g.T) and np.array_equal(s, g * v[:, None])

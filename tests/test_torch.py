@@ -57,7 +57,7 @@ class Elementwise(nn.Module):
 
 
 class Products(nn.Module):
-    OPS = ["linear", "addmm", "mm", "bmm", "matmul", "einsum"]
+    OPS = ["linear", "addmm", "mm", "bmm", "matmul", "einsum", "permute_of_permute", "transpose_twice"]
 
     def __init__(self):
         super().__init__()
@@ -65,7 +65,8 @@ class Products(nn.Module):
 
     def forward(self, x, y, z, w):
         return (self.lin(x), torch.addmm(w, x, y, beta=0.5, alpha=2.0), torch.mm(x, y), torch.bmm(z, z.transpose(1, 2)),
-                torch.matmul(z, y), torch.einsum("bij,bkj->bik", z, z))
+                torch.matmul(z, y), torch.einsum("bij,bkj->bik", z, z), z.permute(2, 0, 1).transpose(0, 1),
+                z.transpose(1, 2).transpose(1, 2) * 2.0)
 
 
 class Layers(nn.Module):
@@ -113,6 +114,21 @@ def test_operator_matches_pytorch(kind, index, op):
     out, ref = _group(kind)
     got = np.asarray(out[index]).reshape(ref[index].shape) if ref[index].ndim == 0 else out[index]
     assert _rel(got, ref[index]) <= TOL, op
+
+
+def test_permute_of_permute_reads_the_first_source():
+    """Two transposes cancel and a permute of a permute is one permute of the original (no kernel
+    reads a permute's result only to permute it again; the values: test_operator_matches_pytorch)."""
+    class Twice(nn.Module):
+        def forward(self, z):
+            return z.transpose(1, 2).transpose(1, 2) * 2.0, z.permute(2, 0, 1).transpose(0, 1)
+    prog = distsdfg.from_torch(Twice(), (torch.randn(3, 4, 6),))
+    copies = [ln.strip() for ln in prog.source.splitlines() if "_a << " in ln]
+    assert copies and all(c.startswith("_a << z[") for c in copies), copies
+    # the first transposes' copies are dead and go with simplify: the product and one permute remain
+    from dace.sdfg import nodes
+    maps = [n for n, _ in prog.sdfg.all_nodes_recursive() if isinstance(n, nodes.MapEntry)]
+    assert len(maps) == 2, [m.map.label for m in maps]
 
 
 def test_unsupported_operator_names_op_and_source_line():

@@ -4,7 +4,8 @@
 
 Contenders: distsdfg with the auto schedule and the classic ones (``benchmarks.schedules``),
 the hand-written mpi4py version and Heat on ``mpiexec -n P`` (one job per P, the PMPI byte
-counter preloaded), DaCe in one process, and Dask on a local cluster of P workers. A
+counter preloaded), DaCe in one process, Dask on a local cluster of P workers, and JAX on P
+CPU devices in its own environment (``--jax-python``; ``benchmarks/jax_versions.py``). A
 contender that cannot run here is listed as "not available" with the reason. Writes
 ``results.json``, ``results.md``, ``times.png`` and ``scaling.png`` to ``--out``.
 """
@@ -35,7 +36,7 @@ from .schedules import NAMES as SCHEDULES
 from .workloads import PRESETS, WORKLOADS, sizes_of
 
 ROOT = Path(__file__).resolve().parent.parent
-CONTENDERS = ("distsdfg", "mpi4py", "dace", "dask", "heat")
+CONTENDERS = ("distsdfg", "mpi4py", "dace", "dask", "jax", "heat")
 NUMPY_BLAS = "NumPy's bundled OpenBLAS"
 HEAT_NOTE = ("heat 1.8.0 requires torch<2.11.1 and imports torchvision; here torch is 2.13.0 (CPU) and the only "
              "torchvision for it (0.28.0) is a CUDA build whose extension does not load with a CPU torch")
@@ -124,6 +125,9 @@ def run_all(args) -> dict:
             rows += unavailable(args.workloads, args.sizes, args.nprocs, "dask",
                                 "dask[array,distributed] is not installed (pip install -e '.[bench]')")
         _progress("dask done")
+    if "jax" in args.contenders:
+        rows += run_jax(args, env)
+        _progress("jax done")
     if "heat" in args.contenders:
         rows += unavailable(args.workloads, args.sizes, args.nprocs, "heat", heat_reason(env))
     views = []
@@ -132,6 +136,48 @@ def run_all(args) -> dict:
         _progress("scaling done")
     return {"rows": rows, "scaling": views, "blas": {"compiled programs": blas_used or "n/a",
                                                        "mpi4py, Dask, NumPy reference": NUMPY_BLAS}}
+
+
+def run_jax(args, env: Dict[str, str]) -> List[dict]:
+    """``benchmarks/jax_versions.py`` in the JAX environment, once per P (P = 1 included): the
+    workloads' inputs and NumPy references go through an ``.npz`` file (JAX needs NumPy 2)."""
+    import numpy as np
+
+    from .worker import make_inputs
+    python = args.jax_python or os.environ.get("DISTSDFG_JAX_PYTHON")
+    procs = sorted({1, *args.nprocs})
+    if not python or not Path(python).exists():
+        return unavailable(args.workloads, args.sizes, procs, "jax",
+                           "no JAX environment: create one with `python -m venv jaxenv && jaxenv/bin/pip install jax` "
+                           "(JAX needs NumPy 2) and pass --jax-python jaxenv/bin/python")
+    rows: List[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cases = {}
+        for wname in args.workloads:
+            w = WORKLOADS[wname]
+            inputs = make_inputs(w, sizes_of(w, args.sizes), 0)
+            cases.update({f"{wname}/{k}": v for k, v in inputs.items()})
+            cases[f"{wname}/__order__"] = np.array(json.dumps(list(inputs)))
+            cases[f"{wname}/__ref__"] = np.asarray(w.reference(**inputs))
+            cases[f"{wname}/__rtol__"] = np.array(w.rtol)
+        path = Path(tmp, "cases.npz")
+        np.savez(path, **cases)
+        jenv = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+        for P in procs:
+            out = Path(tmp, f"jax{P}.json")
+            cmd = [python, str(ROOT / "benchmarks" / "jax_versions.py"), str(path), str(P), str(args.repeats), str(out)]
+            try:
+                proc = subprocess.run(cmd, cwd=ROOT, env=jenv, capture_output=True, text=True, timeout=args.timeout)
+                err = None if proc.returncode == 0 and out.exists() else f"exit code {proc.returncode}: {proc.stderr[-1500:]}"
+            except subprocess.TimeoutExpired:
+                err = f"timed out after {args.timeout:.0f} s"
+            if err:
+                rows += failed(args.workloads, args.sizes, [P], "jax", err)
+                continue
+            res = json.loads(out.read_text())
+            rows += [dict(r, sizes=sizes_of(WORKLOADS[r["workload"]], args.sizes), version=res["jax"])
+                     for r in res["rows"]]
+    return rows
 
 
 def _progress(msg: str) -> None:
@@ -196,6 +242,7 @@ def parse(argv=None):
     ap.add_argument("--tables-max-procs", type=int, default=256,
                     help="largest P whose comm_report tables the scaling view solves")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per worker job")
+    ap.add_argument("--jax-python", help="the interpreter of an environment with JAX (default: $DISTSDFG_JAX_PYTHON)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     return ap.parse_args(argv)
 

@@ -59,7 +59,7 @@ def derived(rows: Sequence[Row]) -> List[Row]:
     for r in rows:
         d = dict(r)
         key = (r["workload"], r["nprocs"])
-        for other in ("mpi4py", "dask"):
+        for other in ("mpi4py", "dask", "jax"):
             base = median_of(rows, *key, other)
             d[f"vs_{other}"] = r["median"] / base if base and r.get("median") else None
         b = sent_total(r)
@@ -97,22 +97,22 @@ def _match(r: Row) -> str:
 
 def table(rows: Sequence[Row]) -> str:
     """The full table: one line per workload, P and contender."""
-    head = ("| workload | P | contender | ms: median (min-max) | x mpi4py | x Dask | bytes sent | x min | x model "
-            "| x I/O | PMPI = report | correct |")
-    lines = [head, "|" + "---|" * 12]
+    head = ("| workload | P | contender | ms: median (min-max) | x mpi4py | x Dask | x JAX | bytes sent | x min "
+            "| x model | x I/O | PMPI = report | correct |")
+    lines = [head, "|" + "---|" * 13]
     for r in derived(rows):
         lines.append("| " + " | ".join([
             r["workload"], str(r["nprocs"]), r["contender"], _time(r), _f(r.get("vs_mpi4py"), ".2f"),
-            _f(r.get("vs_dask"), ".2f"), _f(r.get("bytes"), ","), _f(r.get("x_min"), ".2f"),
+            _f(r.get("vs_dask"), ".2f"), _f(r.get("vs_jax"), ".2f"), _f(r.get("bytes"), ","), _f(r.get("x_min"), ".2f"),
             _f(r.get("x_model"), ".3f"), _f(r.get("x_io"), ".2f"), _match(r), _status(r)]) + " |")
     return "\n".join(lines)
 
 
 def headline(rows: Sequence[Row], nprocs: Sequence[int]) -> str:
-    """Per workload: distsdfg auto's time relative to mpi4py, Dask and Heat on each P, and its bytes
-    relative to the minimum."""
+    """Per workload: distsdfg auto's time relative to mpi4py, Dask, JAX and Heat on each P, and its
+    bytes relative to the minimum."""
     rows = derived(rows)
-    cols = [f"{what} P={p}" for p in nprocs for what in ("x mpi4py", "x Dask", "x Heat", "bytes x min")]
+    cols = [f"{what} P={p}" for p in nprocs for what in ("x mpi4py", "x Dask", "x JAX", "x Heat", "bytes x min")]
     lines = ["| workload | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 1)]
     for w in dict.fromkeys(r["workload"] for r in rows):
         cells = []
@@ -121,6 +121,7 @@ def headline(rows: Sequence[Row], nprocs: Sequence[int]) -> str:
                         {})
             heat = median_of(rows, w, p, "heat")
             cells += [_f(auto.get("vs_mpi4py"), ".2f", "-"), _f(auto.get("vs_dask"), ".2f", "-"),
+                      _f(auto.get("vs_jax"), ".2f", "-"),
                       _f(auto["median"] / heat if heat and auto.get("median") else None, ".2f", "n/a"),
                       _f(auto.get("x_min"), ".2f", "-")]
         lines.append(f"| {w} | " + " | ".join(cells) + " |")

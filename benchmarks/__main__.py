@@ -36,7 +36,7 @@ from .schedules import NAMES as SCHEDULES
 from .workloads import PRESETS, WORKLOADS, sizes_of
 
 ROOT = Path(__file__).resolve().parent.parent
-CONTENDERS = ("distsdfg", "mpi4py", "dace", "dask", "jax", "heat")
+CONTENDERS = ("distsdfg", "mpi4py", "dace", "dask", "jax", "cupynumeric", "heat")
 NUMPY_BLAS = "NumPy's bundled OpenBLAS"
 HEAT_NOTE = ("heat 1.8.0 requires torch<2.11.1 and imports torchvision; here torch is 2.13.0 (CPU) and the only "
              "torchvision for it (0.28.0) is a CUDA build whose extension does not load with a CPU torch")
@@ -128,6 +128,8 @@ def run_all(args) -> dict:
     if "jax" in args.contenders:
         rows += run_jax(args, env)
         _progress("jax done")
+    if "cupynumeric" in args.contenders:
+        rows += unavailable(args.workloads, args.sizes, args.nprocs, "cupynumeric", cupynumeric_reason(args, env))
     if "heat" in args.contenders:
         rows += unavailable(args.workloads, args.sizes, args.nprocs, "heat", heat_reason(env))
     views = []
@@ -136,6 +138,20 @@ def run_all(args) -> dict:
         _progress("scaling done")
     return {"rows": rows, "scaling": views, "blas": {"compiled programs": blas_used or "n/a",
                                                        "mpi4py, Dask, NumPy reference": NUMPY_BLAS}}
+
+
+def cupynumeric_reason(args, env: Dict[str, str]) -> str:
+    """Why cuPyNumeric is not run: no environment with it, or ``import cupynumeric`` fails there
+    (PyPI's legate 26.6 links the CUDA driver, ``libcuda.so.1``, also for CPU runs)."""
+    python = args.cupynumeric_python or os.environ.get("DISTSDFG_CUPYNUMERIC_PYTHON")
+    if not python or not Path(python).exists():
+        return ("no cuPyNumeric environment: create one with `python -m venv cpn && cpn/bin/pip install "
+                "nvidia-cupynumeric` and pass --cupynumeric-python cpn/bin/python")
+    jenv = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    probe = subprocess.run([python, "-c", "import cupynumeric"], env=jenv, capture_output=True, text=True, timeout=300)
+    if probe.returncode != 0:
+        return (probe.stderr.strip().splitlines() or ["import failed"])[-1]
+    return "cupynumeric imports, but this runner has no cuPyNumeric versions of the workloads yet"
 
 
 def run_jax(args, env: Dict[str, str]) -> List[dict]:
@@ -242,6 +258,8 @@ def parse(argv=None):
     ap.add_argument("--tables-max-procs", type=int, default=256,
                     help="largest P whose comm_report tables the scaling view solves")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per worker job")
+    ap.add_argument("--cupynumeric-python", help="an environment with nvidia-cupynumeric "
+                    "(default: $DISTSDFG_CUPYNUMERIC_PYTHON); probed with `import cupynumeric`")
     ap.add_argument("--jax-python", help="the interpreter of an environment with JAX (default: $DISTSDFG_JAX_PYTHON)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     return ap.parse_args(argv)

@@ -107,6 +107,8 @@ def _run_lowered(text, p, sdfg, sched, comm):
     values = symbol_values(sdfg, inputs, symbols)
     counts = {k: v for k, v in inputs.items() if isinstance(v, (int, np.integer))}   # loop bounds
     counts.update({k: v for k, v in values.items() if k in sdfg.symbols})
+    from distsdfg.inspector import inputs_of      # arrays whose values bound blocks (a CSR row pointer)
+    counts.update({k: inputs[k] for k in inputs_of(sdfg)})
     report = distsdfg.comm_report(sdfg, nprocs=comm.size, **counts) if comm.rank == 0 else None   # rank 0 compares
     fn = distsdfg.compile(sdfg, comm=comm)
     if comm.rank != 0:     # only rank 0's arrays count; scalars are taken from rank 0

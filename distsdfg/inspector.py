@@ -33,10 +33,10 @@ from dace.sdfg import SDFG, nodes
 
 from . import dace_compat as dc
 from .constraints import KernelPlan
-from .errors import InputError
+from .errors import DistributedLoweringError, InputError
 from .exprs import evaluate, evaluate_many
 
-__all__ = ["DataBounds", "recognise", "apply", "inspect", "complete", "inputs_of"]
+__all__ = ["DataBounds", "recognise", "apply", "inspect", "inspect_call", "complete", "inputs_of"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,6 +225,14 @@ def inspect(bounds: List[DataBounds], arrays: Dict[str, np.ndarray], values, nra
         out[db.lo], out[db.hi] = lo, hi
         out[db.n] = max(int((hi - lo).max(initial=0)), 1)
     return out
+
+
+def inspect_call(low, arrays: Dict[str, np.ndarray], values, nranks: int):
+    """Rank 0 at a call: (``values`` with the data-bounded blocks of this call's arrays, error or None)."""
+    try:
+        return {**values, **inspect(low.data_bounds, arrays, values, 1 if low.rank0_only else nranks)}, None
+    except DistributedLoweringError as exc:
+        return values, (type(exc).__name__, str(exc))
 
 
 def complete(bounds: List[DataBounds], values, nranks: int) -> Dict[str, object]:

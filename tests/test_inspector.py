@@ -93,3 +93,25 @@ def test_one_rank_lowering_keeps_whole_arrays(programs):
     sdfg = programs.get("spmv").sdfg()
     distsdfg.lower(sdfg, {distsdfg.maps(sdfg)[0].key: (1,)}, nprocs=1)
     assert sdfg._distsdfg.data_bounds == []
+
+
+def test_plan_cache_keys_on_the_inspected_bounds(programs):
+    # A warm call with another row pointer must not reuse the first call's counts.
+    from distsdfg.inspector import inspect_call
+    from distsdfg.runtime import DistributedProgram
+
+    class _Comm:
+        rank, size = 1, 2
+
+    sdfg = _lowered(programs, "spmv", (2,))
+    prog = DistributedProgram.__new__(DistributedProgram)
+    prog.lowered, prog._plans, prog.comm = sdfg._distsdfg, {}, _Comm()
+    sizes = {"SM": 4, "SN": 3, "NNZ": 8}
+    counts = []
+    for ptr in ([0, 1, 2, 3, 8], [0, 4, 5, 6, 8], [0, 1, 2, 3, 8]):
+        values, error = inspect_call(prog.lowered, {"A_row": np.array(ptr, dtype=np.uint32)}, sizes, 2)
+        assert error is None
+        steps = prog.plan(values)[1]
+        counts.append([s.blocks[1].count for s in steps if s.spec.array == "A_val"])
+    assert counts == [[6], [3], [6]]
+    assert len(prog._plans) == 2

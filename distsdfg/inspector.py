@@ -29,6 +29,7 @@ from typing import Dict, List, Optional, Tuple
 import dace
 import numpy as np
 import sympy
+from dace import subsets
 from dace.sdfg import SDFG, nodes
 
 from . import dace_compat as dc
@@ -70,9 +71,10 @@ def _pointer_read(state, entry, conn: str, params) -> Optional[Tuple[str, str, i
     if len(edges) != 1 or edges[0].data.is_empty() or edges[0].data.dynamic:
         return None
     m = edges[0].data
-    if len(m.subset) != 1:
+    sub = subsets.Range.from_indices(m.subset) if isinstance(m.subset, subsets.Indices) else m.subset
+    if not isinstance(sub, subsets.Range) or len(sub) != 1:
         return None
-    b, e, s = m.subset.ranges[0]
+    b, e, s = sub.ranges[0]
     b = sympy.sympify(b)
     if not sympy.sympify(e - b) == 0:
         return None
@@ -118,7 +120,8 @@ def _reads_only_at(state, scope_nodes, entry, inner, arr: str, param: str) -> bo
         if e.src is not inner or state.entry_node(e.dst) is not inner:
             return False
         sub = e.data.subset
-        if len(sub) != 1:
+        sub = subsets.Range.from_indices(sub) if isinstance(sub, subsets.Indices) else sub
+        if not isinstance(sub, subsets.Range) or len(sub) != 1:
             return False
         b, en, _ = sub.ranges[0]
         if sympy.sympify(b) != psym or sympy.sympify(en) != psym:

@@ -24,6 +24,18 @@ def spmv_plus_diag(A_row: dace.uint32[SM + 1], A_col: dace.uint32[NNZ], A_val: d
     return b
 
 
+@dace.program
+def spmv_shifted(A_row: dace.uint32[SM + 1], A_col: dace.uint32[NNZ], A_val: dace.float64[NNZ + 1],
+                 x: dace.float64[SN]):
+    # A_val is read at [j + 1]: not the pattern; it keeps the whole-array block.
+    b = np.empty([SM], dtype=np.float64)
+    for i in dace.map[0:SM]:
+        b[i] = 0
+        for j in dace.map[A_row[i]:A_row[i + 1]]:
+            b[i] += A_val[j + 1] * x[A_col[j]]
+    return b
+
+
 def _lowered(programs, name, grid, **kw):
     sdfg = programs.get(name).sdfg()
     distsdfg.lower(sdfg, {distsdfg.maps(sdfg)[0].key: grid}, **kw)
@@ -52,6 +64,16 @@ def test_array_also_read_elsewhere_keeps_the_propagated_block():
     steps = distsdfg.comm_report(sdfg, SM=8, SN=6, NNZ=16, A_row=ptr)
     assert _received(steps, "A_col") == [0, 7 * 4, 1 * 4, 6 * 4]      # rows 2-3: 2..9, 4-5: 9..10, 6-7: 10..16
     assert _received(steps, "A_val") == [0, 16 * 8, 16 * 8, 16 * 8]   # whole: also read at [i]
+
+
+def test_shifted_read_keeps_the_propagated_block():
+    sdfg = spmv_shifted.to_sdfg()
+    distsdfg.lower(sdfg, {distsdfg.maps(sdfg)[0].key: (2,)})
+    (db,) = sdfg._distsdfg.data_bounds
+    assert db.arrays == ("A_col",)
+    steps = distsdfg.comm_report(sdfg, SM=4, SN=3, NNZ=8, A_row=np.array([0, 1, 2, 3, 8], dtype=np.uint32))
+    assert _received(steps, "A_col") == [0, 6 * 4]
+    assert _received(steps, "A_val") == [0, 9 * 8]
 
 
 def test_bounds_from_the_pointer_values(programs):

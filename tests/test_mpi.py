@@ -108,6 +108,11 @@ def test_spmv_moves_the_hand_written_row_splits_bytes(results, nprocs, case):
     got_out = [sum(s["sent"][q] for s in r["report"]) for q in range(nprocs)]
     assert (got_in, got_out) == (want_in, want_out)
     assert bytes_mismatch(r) is None, bytes_mismatch(r)       # and the run moved exactly these
+    # A second call with the rows reversed (same sizes): new ranges, right answer, exact bytes.
+    again = r["recall"]
+    assert again["rel_err"] <= 1e-10 and bytes_mismatch(again) is None, (again["rel_err"], bytes_mismatch(again))
+    recv = [sum(s["received"][q] for s in again["report"]) for q in range(nprocs)]
+    assert recv != got_in
 
 
 def test_softmax_data_parallel_has_no_reductions(results):

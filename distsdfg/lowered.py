@@ -63,6 +63,8 @@ class Lowered:
     # Lowered for one rank with whole arrays aliased (distsdfg.optimize.alias_whole_blocks): the
     # program runs on rank 0 alone over a one-rank communicator; other ranks return None.
     rank0_only: bool = False
+    # Reads bounded by an input array's values, inspected at every call (distsdfg.inspector.DataBounds).
+    data_bounds: List = dataclasses.field(default_factory=list)
 
     @property
     def nprocs(self) -> int:

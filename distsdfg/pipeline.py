@@ -97,10 +97,21 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     for kp in plans:
         kp.padded = padded_axes(kp, even_checks)
 
+    segments, linear = dc.program_segments(sdfg)
+    # Reads bounded by an input array's values (the CSR row pointer): exact blocks from the data at
+    # call time (distsdfg.inspector); straight-line programs with root placement on the CPU only.
+    data_bounds = []
+    if linear and not placed and target == "cpu" and comm == "host" and nprocs != 1:
+        from . import inspector
+        for kp in plans:
+            db = inspector.recognise(sdfg, kp)
+            if db is not None:
+                inspector.apply(sdfg, kp, db)
+                data_bounds.append(db)
+
     sdfg.add_symbol(PLAN_LEN, dace.int64)
     sdfg.add_array(PLAN_ARRAY, [dc.sym(PLAN_LEN)], dace.int64)
     sdfg.add_scalar(COMM_ARG, dace.int32)
-    segments, linear = dc.program_segments(sdfg)
     views = dc.reshape_views(sdfg)
     viewed = dc.viewed_arrays(sdfg, exclude=views)
     if linear and not placed:
@@ -123,7 +134,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     sdfg.name = f"{original}_d{_schedule_hash(original, schedule, tag, sorted(placed))}"
     sdfg._distsdfg = Lowered(schedule.with_sdfg(original) if schedule.sdfg is None else schedule, original,
                              rw.steps, kgrids, even_checks, target, getattr(rw, "home_specs", list)(),
-                             dict(getattr(rw, "boundary", {})), source, comm=comm)
+                             dict(getattr(rw, "boundary", {})), source, comm=comm, data_bounds=data_bounds)
     from .dace_compat_matmul import degenerate_matmuls_to_maps
     degenerate_matmuls_to_maps(sdfg)          # blocks that DaCe's MatMul expansion would read as vectors
     if target == "cpu":

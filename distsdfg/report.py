@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Optional, Tuple, Union
 
+import numpy as np
 from dace.sdfg import SDFG
 
 from .checks import positive_int
@@ -88,10 +89,18 @@ def _ranks(low, nprocs, what: str) -> int:
 def _solved(sdfg: SDFG, nprocs, symbols, what: str):
     """(lowering, values, solved steps) with a missing size named instead of a KeyError; a program
     planned at its first call is planned for these sizes."""
-    values = given_values(sdfg, symbols, what)
+    data = {k: v for k, v in symbols.items() if isinstance(v, np.ndarray)}
+    for k in data:
+        if k not in sdfg.arrays or sdfg.arrays[k].transient:
+            raise SizeError(f"{what}: `{k}` is not an array argument of `{sdfg.name}`; pass arrays by their "
+                            f"argument names (e.g. a CSR row pointer, for exact data-dependent blocks)")
+    values = given_values(sdfg, {k: v for k, v in symbols.items() if k not in data}, what)
     low = lowered_of(planned(sdfg, values, what))
     P = 1 if getattr(low, "rank0_only", False) else _ranks(low, nprocs, what)   # runs on rank 0 alone
     try:
+        if data and getattr(low, "data_bounds", None):     # blocks bounded by these arrays' values
+            from .inspector import inspect
+            values = {**values, **inspect(low.data_bounds, data, values, P)}
         return low, values, solve_plan(low, values, P)
     except KeyError as exc:
         name = str(exc.args[0]).replace("symbol ", "").replace(" has no value", "")
@@ -106,7 +115,9 @@ def comm_report(sdfg: SDFG, *, nprocs: Optional[int] = None, summary: Optional[b
     ``summary=True``: one ``CommSummary`` per MPI call instead (bytes and rank pairs summed over
     the ranks, no per-rank tuples); ``None`` (default): summaries above ``SUMMARY_ABOVE`` ranks.
     A program planned at its first call (``lower(sdfg, "auto")`` without sizes) is planned for
-    the sizes given here."""
+    the sizes given here. Reads bounded by an input array's values (a CSR row pointer,
+    ``distsdfg.inspector``) are exact when that array is passed too (``A_row=...``); without
+    it they count the whole arrays on every rank of the grid (an upper bound)."""
     low, values, solved = _solved(sdfg, nprocs, symbols, "comm_report")
     if summary is None:
         summary = (solved[0].nranks if solved else 1) > SUMMARY_ABOVE

@@ -16,6 +16,7 @@ from . import errors
 from . import toolchain
 from .encode import encode_plan
 from .errors import CommunicatorSizeError, DistributedLoweringError, InputError
+from .inspector import inspect_call
 from .gpu import build_settings, gpu_available, require_cuda_aware_mpi
 from .locks import file_lock
 from .lowering import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS
@@ -150,9 +151,13 @@ class DistributedProgram:
         return None
 
     def plan(self, values: Dict[str, int]):
-        """(plan table, solved steps, symbols of this rank's home buffers) for concrete sizes."""
-        key = tuple(sorted((k, v) for k, v in values.items() if isinstance(v, (int, np.integer))))
+        """(plan table, solved steps, symbols of this rank's home buffers) for concrete sizes; per-rank
+        values (data-bounded blocks, ``distsdfg.inspector``) are part of the key."""
+        key = tuple(sorted((k, v if isinstance(v, (int, np.integer)) else tuple(v.tolist()))
+                           for k, v in values.items() if isinstance(v, (int, np.integer, np.ndarray))))
         if key not in self._plans:
+            if len(self._plans) >= 64:      # data-bounded blocks change with the data
+                self._plans.pop(next(iter(self._plans)))
             size = 1 if self.lowered.rank0_only else self.comm.size
             steps = solve_plan(self.lowered, values, size, rank=self.comm.rank)
             homes = solve_homes(self.lowered.homes, values, size)
@@ -292,6 +297,8 @@ class DistributedProgram:
         error, values, reshapes = None, None, None
         if rank == 0:
             values, error, reshapes = self._checked(kwargs, arrays, given, P)
+            if error is None and getattr(self.lowered, "data_bounds", None):
+                values, error = inspect_call(self.lowered, arrays, values, P)
         # Scalar arguments steer loops and branches: every rank takes rank 0's.
         scalars = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k not in self.sdfg.symbols}
         error, values, scalars, reshapes = comm.bcast((error, values, scalars if rank == 0 else None, reshapes),
@@ -315,6 +322,8 @@ class DistributedProgram:
         if rank != 0:       # arrays at rank 0 this rank left out: stand-ins (distsdfg.root_args)
             self._root_args.fill(call, values)
         call.update(self._rank_symbols)
+        for db in getattr(self.lowered, "data_bounds", ()):     # this rank's data-bounded block (distsdfg.inspector)
+            call[db.lo] = int(values[db.lo][rank])
         call.update(home_syms)
         call[PLAN_ARRAY] = table
         call[PLAN_LEN] = int(table.shape[0])

@@ -330,5 +330,8 @@ def solve_plan(low, values: Dict[str, int], nranks: int, rank: Optional[int] = N
             raise DistributedLoweringError(
                 f"map `{key}` axis {axis} (extent {n}) is split {parts} ways, which does not divide {n}; this "
                 f"library node reduces over the axis and needs even blocks: use sizes or a grid that divide evenly")
+    if getattr(low, "data_bounds", None):    # bounds no inspection gave: the whole arrays (an upper bound)
+        from .inspector import complete
+        values = complete(low.data_bounds, values, nranks)
     homes = solve_homes(low.homes, values, nranks)
     return [solve_step(s, values, nranks, homes, rank) for s in low.steps]

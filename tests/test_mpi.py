@@ -1,5 +1,6 @@
 """Real mpiexec runs: every case compiled once on rank 0, checked against NumPy on rank 0."""
 
+import numpy as np
 import pytest
 
 from distsdfg.testing.mpirun import bytes_mismatch, launch_cases
@@ -42,6 +43,12 @@ CASES[4] += list(MULTI.values())
 CORE = ["add3d", "add_scalar", "reduce_sum", "reduce_max", "matmul", "softmax", "projection", "spmv", "add_odd"]
 CASES[4] += [f"{p}:auto" for p in CORE]
 
+# SpMV's A_col/A_val blocks from A_row's values at call time (issue 23): rows of very different
+# lengths, a rank without nonzeros, a grid smaller than the communicator.
+SPMV = {4: ["spmv:spmv=4", "spmv_skewed:spmv=4", "spmv_skewed:spmv=3"], 2: ["spmv:spmv=2", "spmv_skewed:spmv=2"]}
+CASES[4] += ["spmv_skewed:spmv=4", "spmv_skewed:spmv=3"]
+CASES[2] += ["spmv_skewed:spmv=2"]
+
 
 def _run(nprocs, cases, tmp_path):
     return launch_cases(nprocs, cases, tmp_path, out_name=f"results_{nprocs}.json")
@@ -79,6 +86,33 @@ def test_projection_head_split_moves_no_weights_twice(results):
     r = results[4]["projection:einsum_map=1,1,1,4,1"]
     w = [sum(s["received"][q] for s in r["report"] if s["array"] == "W") for q in range(4)]
     assert w == [0] + [32 * 1 * 8 * 4] * 3   # one head's [E, 1, E_H] block each
+
+
+@pytest.mark.parametrize("nprocs,case", [(n, c) for n, cs in SPMV.items() for c in cs])
+def test_spmv_moves_the_hand_written_row_splits_bytes(results, nprocs, case):
+    # benchmarks/handwritten.py: each rank receives its rows' A_row slice (one entry more), the
+    # A_col/A_val ranges A_row[r0]:A_row[r1] and x, and sends its rows of the result.
+    from distsdfg.testing.programs import get
+    r = results[nprocs][case]
+    inputs = get(case.split(":")[0]).inputs(np.random.default_rng(1234))
+    ptr = inputs["A_row"].astype(np.int64)
+    m, n, parts = len(ptr) - 1, len(inputs["x"]), int(case.rsplit("=", 1)[1])
+    rows = -(-m // parts)
+    want_in, want_out = [0] * nprocs, [0] * nprocs
+    for q in range(1, parts):
+        lo, hi = q * rows, min(m, (q + 1) * rows)
+        want_in[q] = (hi - lo + 1) * 4 + int(ptr[hi] - ptr[lo]) * (4 + 8) + n * 8
+        want_out[q] = (hi - lo) * 8
+    want_in[0], want_out[0] = sum(want_out), sum(want_in)       # rank 0 sends the inputs, gathers y
+    got_in = [sum(s["received"][q] for s in r["report"]) for q in range(nprocs)]
+    got_out = [sum(s["sent"][q] for s in r["report"]) for q in range(nprocs)]
+    assert (got_in, got_out) == (want_in, want_out)
+    assert bytes_mismatch(r) is None, bytes_mismatch(r)       # and the run moved exactly these
+    # A second call with the rows reversed (same sizes): new ranges, right answer, exact bytes.
+    again = r["recall"]
+    assert again["rel_err"] <= 1e-10 and bytes_mismatch(again) is None, (again["rel_err"], bytes_mismatch(again))
+    recv = [sum(s["received"][q] for s in again["report"]) for q in range(nprocs)]
+    assert recv != got_in
 
 
 def test_softmax_data_parallel_has_no_reductions(results):

@@ -128,6 +128,16 @@ def _csr(rng, m=64, n=48, density=0.15):
             "x": rng.random(n)}
 
 
+def _csr_skewed(rng, m=64, n=48):
+    """Rows of very different lengths: rows 16-31 empty (a rank of four without nonzeros), the
+    last quarter dense, the last row empty."""
+    per_row = np.concatenate([rng.integers(0, 4, 16), np.zeros(16, int), rng.integers(1, 8, 16),
+                              rng.integers(30, n, 15), [0]])[:m]
+    indptr = np.concatenate([[0], np.cumsum(per_row)]).astype(np.uint32)
+    cols = np.concatenate([np.sort(rng.choice(n, k, replace=False)) for k in per_row]).astype(np.uint32)
+    return {"A_row": indptr, "A_col": cols, "A_val": rng.random(int(indptr[-1])), "x": rng.random(n)}
+
+
 def _spmv_ref(A_row, A_col, A_val, x):
     out = np.zeros(len(A_row) - 1)
     for i in range(len(A_row) - 1):
@@ -390,6 +400,7 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
             lambda r: {"x": r.random((4, 16, 32)).astype(np.float32), "W": r.random((32, 4, 8)).astype(np.float32)},
             lambda x, W: np.einsum('bik,khj->bhij', x, W)),
     Program("spmv", spmv, _csr, _spmv_ref),
+    Program("spmv_skewed", spmv, _csr_skewed, _spmv_ref),
     Program("chain", chain, lambda r: {"A": r.random((128, 112)), "B": r.random((112, 96)), "C": r.random((96, 80))},
             lambda A, B, C: (A @ B) @ C),
     Program("atax", atax, lambda r: {"A": r.random((400, 320)), "x": r.random(320)}, lambda A, x: (A @ x) @ A),

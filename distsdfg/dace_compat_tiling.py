@@ -1,4 +1,5 @@
-"""Cache tiling of transposing maps (part of the ``dace_compat`` layer: DaCe 1.0.2's ``MapTiling``).
+"""Rank-local map code (part of the ``dace_compat`` layer): cache tiling of transposing maps (DaCe
+1.0.2's ``MapTiling``) and accumulations without atomics (``Memlet.wcr_nonatomic``).
 
 A map that reads one array along one parameter's dimension and writes another along a
 different parameter's (a transpose: ``t[i0, i1] = g[i1, i0]``, the permuting copies of the
@@ -17,7 +18,7 @@ from dace import symbolic
 from dace.sdfg import SDFG, SDFGState, nodes
 from dace.transformation.dataflow import MapTiling
 
-__all__ = ["TILE", "transposed_params", "tile_map"]
+__all__ = ["TILE", "transposed_params", "tile_map", "outer_param_separates_writes", "mark_nonatomic"]
 
 #: Tile edge in elements (best of 8, 16, 32, 64 measured on this machine for float32 and float64).
 TILE = 16
@@ -68,3 +69,33 @@ def tile_map(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, tiled: Tuple[s
     """Tile the named parameters of ``entry``'s map by ``size`` (the others stay whole)."""
     sizes = tuple(size if p in tiled else 1 for p in entry.map.params)
     MapTiling.apply_to(sdfg, options={"tile_sizes": sizes}, map_entry=entry, verify=False)
+
+
+def outer_param_separates_writes(state: SDFGState, entry: nodes.MapEntry) -> bool:
+    """Whether the write-conflict-resolved (WCR) outputs of a top-level map can be written without
+    atomics: DaCe's CPU code generator runs such a map as ``#pragma omp parallel for`` over its
+    first parameter only (``collapse`` 1), and each WCR memlet inside indexes some dimension by
+    exactly that parameter, so two threads never update one element. DaCe itself uses atomics
+    whenever some parameter is missing from the output (a contraction index: ``out[b, i] += ...``
+    over ``k``), which is several times slower and keeps the inner loop from vectorizing."""
+    if entry.map.collapse != 1 or not entry.map.params:
+        return False
+    first = symbolic.pystr_to_symbolic(entry.map.params[0])
+    wcr = [e for e in state.in_edges(state.exit_node(entry)) if e.data.wcr is not None]
+    for e in wcr:
+        sub = e.data.subset
+        if sub is None or not any(symbolic.pystr_to_symbolic(str(b)) == first
+                                  and symbolic.pystr_to_symbolic(str(en)) == first for b, en, _ in sub.ranges):
+            return False
+    return bool(wcr)
+
+
+def mark_nonatomic(state: SDFGState, entry: nodes.MapEntry) -> int:
+    """Set ``wcr_nonatomic`` on every WCR memlet into and out of ``entry``'s exit; returns how many."""
+    n = 0
+    exit_ = state.exit_node(entry)
+    for e in state.in_edges(exit_) + state.out_edges(exit_):
+        if e.data.wcr is not None and not e.data.wcr_nonatomic:
+            e.data.wcr_nonatomic = True
+            n += 1
+    return n

@@ -27,6 +27,9 @@ Steps 1 to 4 apply to straight-line programs with root placement (see ``optimize
    resolution.
 6. Maps that copy between two arrays along different dimensions (transposes) are tiled into
    cache-sized blocks (``tile_transposes``, ``dace_compat_tiling``).
+7. Accumulating maps (DaCe's pure einsums: ``out[b, h, i, j] += x[b, i, k] * W[k, h, j]``) whose
+   every accumulated output is indexed by the map's first parameter, the one OpenMP splits, add
+   without atomics (``nonatomic_accumulations``).
 """
 from __future__ import annotations
 
@@ -36,7 +39,8 @@ from typing import Dict, List
 
 from dace.sdfg import SDFG
 
-__all__ = ["optimize_lowered", "enabled", "alias_whole_blocks", "alias_local_copies", "tile_transposes"]
+__all__ = ["optimize_lowered", "enabled", "alias_whole_blocks", "alias_local_copies", "tile_transposes",
+           "nonatomic_accumulations"]
 
 
 def enabled(optimize) -> bool:
@@ -103,9 +107,10 @@ def tile_transposes(sdfg: SDFG) -> int:
     (``dace_compat_tiling.transposed_params``) into ``TILE`` x ``TILE`` blocks; returns how many."""
     from dace.sdfg import nodes
 
+    from . import dace_compat as dc
     from .dace_compat_tiling import tile_map, transposed_params
     found = []
-    for state in sdfg.states():
+    for state in dc.all_states(sdfg):
         for n in state.nodes():
             if isinstance(n, nodes.MapEntry) and state.entry_node(n) is None:
                 pair = transposed_params(state, n)
@@ -114,6 +119,22 @@ def tile_transposes(sdfg: SDFG) -> int:
     for state, entry, pair in found:
         tile_map(sdfg, state, entry, pair)
     return len(found)
+
+
+def nonatomic_accumulations(sdfg: SDFG) -> int:
+    """Write-conflict resolutions of top-level maps that no two OpenMP threads share become plain
+    updates (``dace_compat_tiling.outer_param_separates_writes``); returns how many memlets."""
+    from dace.sdfg import nodes
+
+    from . import dace_compat as dc
+    from .dace_compat_tiling import mark_nonatomic, outer_param_separates_writes
+    n = 0
+    for state in dc.all_states(sdfg):
+        for node in state.nodes():
+            if isinstance(node, nodes.MapEntry) and state.entry_node(node) is None \
+                    and outer_param_separates_writes(state, node):
+                n += mark_nonatomic(state, node)
+    return n
 
 
 def _same(a, b) -> bool:
@@ -374,4 +395,5 @@ def optimize_lowered(sdfg: SDFG, low, *, straight: bool, one_rank: bool = False)
         low.rank0_only = True
     done["reductions"] = fast_reductions(sdfg)
     done["tiled"] = tile_transposes(sdfg)
+    done["nonatomic"] = nonatomic_accumulations(sdfg)
     return done

@@ -4,6 +4,7 @@ The compiled results of optimised programs are checked by the mpiexec cases of t
 (greatcircle, softmax, mlp, ...), which lower with the optimisation on (the default).
 """
 import dace
+import numpy as np
 import pytest
 from dace.libraries.standard import Reduce
 from dace.sdfg import nodes
@@ -170,8 +171,6 @@ def _transpose_then_scale(g: dace.float64[TR_M, TR_N], v: dace.float64[TR_M], t:
 def test_transposing_maps_are_tiled_and_compute_the_same():
     """Only the transposing map is tiled (two inner parameters of TILE); sizes that are no
     multiple of the tile, compiled on one process, give NumPy's values exactly."""
-    import numpy as np
-
     from distsdfg import optimize
     from distsdfg.dace_compat_tiling import TILE, transposed_params
     sdfg = _transpose_then_scale.to_sdfg()
@@ -192,3 +191,27 @@ def test_transposing_maps_are_tiled_and_compute_the_same():
     t, s = np.zeros((n, m)), np.zeros((m, n))
     sdfg(g=g, v=v, t=t, s=s, TR_M=m, TR_N=n)
     assert np.array_equal(t, 2.0 * g.T) and np.array_equal(s, g * v[:, None])
+
+
+@dace.program
+def _accumulations(x: dace.float64[2, 3, 4], W: dace.float64[4, 5, 6], a: dace.float64[7, 8], r: dace.float64[8]):
+    r[:] = 0.0
+    for k, i in dace.map[0:7, 0:8]:                 # over the first parameter: threads would share r[i]
+        r[i] += a[k, i]
+    return np.einsum('bik,khj->bhij', x, W)          # DaCe's pure einsum: out[b, h, i, j] += ... over k
+
+
+def test_accumulations_split_by_the_parallel_parameter_drop_atomics():
+    from distsdfg import optimize
+    from distsdfg.dace_compat_tiling import outer_param_separates_writes
+    sdfg = _accumulations.to_sdfg()
+    dc.simplify(sdfg)
+    tops = [(st, n) for st in sdfg.states() for n in st.nodes()
+            if isinstance(n, nodes.MapEntry) and st.entry_node(n) is None]
+    verdict = {n.map.params[0]: outer_param_separates_writes(st, n) for st, n in tops
+               if any(e.data.wcr is not None for e in st.in_edges(st.exit_node(n)))}
+    assert verdict == {"k": False, "b": True}, verdict
+    assert optimize.nonatomic_accumulations(sdfg) >= 1
+    flags = {n.map.params[0]: [e.data.wcr_nonatomic for e in st.in_edges(st.exit_node(n)) if e.data.wcr]
+             for st, n in tops}
+    assert all(flags["b"]) and not any(flags["k"])

@@ -198,7 +198,8 @@ def _accumulations(x: dace.float64[2, 3, 4], W: dace.float64[4, 5, 6], a: dace.f
     r[:] = 0.0
     for k, i in dace.map[0:7, 0:8]:                 # over the first parameter: threads would share r[i]
         r[i] += a[k, i]
-    return np.einsum('bik,khj->bhij', x, W)          # DaCe's pure einsum: out[b, h, i, j] += ... over k
+    # DaCe's pure einsums: out[b, h, i, j] += ... over k; the second writes its inner j across rows
+    return np.einsum('bik,khj->bhij', x, W), np.einsum('bik,khj->bhji', x, W)
 
 
 def test_accumulations_split_by_the_parallel_parameter_drop_atomics():
@@ -211,6 +212,8 @@ def test_accumulations_split_by_the_parallel_parameter_drop_atomics():
     verdict = {n.map.params[0]: outer_param_separates_writes(st, n) for st, n in tops
                if any(e.data.wcr is not None for e in st.in_edges(st.exit_node(n)))}
     assert verdict == {"k": False, "b": True}, verdict
+    from distsdfg.dace_compat_tiling import transposed_params
+    assert all(transposed_params(st, n) is None for st, n in tops)     # accumulations are not tiled
     assert optimize.nonatomic_accumulations(sdfg) >= 1
     flags = {n.map.params[0]: [e.data.wcr_nonatomic for e in st.in_edges(st.exit_node(n)) if e.data.wcr]
              for st, n in tops}

@@ -1,4 +1,5 @@
-"""Rank-local optimisation after tiling (distsdfg.optimize): unit tier, no compile, no MPI.
+"""Rank-local optimisation after tiling (distsdfg.optimize): unit tier, no MPI; one small
+single-process compile checks a tiled transpose's values.
 
 The compiled results of optimised programs are checked by the mpiexec cases of test_mpi.py
 (greatcircle, softmax, mlp, ...), which lower with the optimisation on (the default).

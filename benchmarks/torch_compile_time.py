@@ -6,8 +6,9 @@
 Phases, in seconds: ``trace`` (torch.export / make_fx and emitting the NumPy program),
 ``parse`` (DaCe's Python frontend and simplify: ``TorchProgram.sdfg``), ``lower`` (a
 data-parallel schedule from ``schedule_from_shardings`` over 2 ranks, ``distsdfg.lower``) and
-``compile`` (code generation and the C++ build, ``sdfg.compile()`` of the lowered SDFG in one
-process). ``--no-batched-renames`` parses without ``dace_compat_parse.batched_renames`` (DaCe's
+``compile`` (code generation and the C++ build of the lowered SDFG in one process: what
+``distsdfg.compile`` does on rank 0, ``runtime.build``; ``--dace-build``: DaCe's own CMake build,
+``sdfg.compile()``, with DaCe's default build type, as measured before). ``--no-batched-renames`` parses without ``dace_compat_parse.batched_renames`` (DaCe's
 per-variable renames), for comparison. ``--profile`` writes a cProfile of one phase
 (``--profile-phase``, default ``parse``; with ``--cpu`` it counts CPU time, which a shared, loaded
 machine distorts less than wall time). Every phase is reported in wall time and in CPU time
@@ -37,6 +38,8 @@ def main(argv=None):
     ap.add_argument("--from-parsed", help="skip trace and parse: load the parsed SDFG from this JSON file")
     ap.add_argument("--cpu", action="store_true", help="report process CPU time instead of wall time")
     ap.add_argument("--skip-compile", action="store_true")
+    ap.add_argument("--dace-build", action="store_true",
+                    help="compile with DaCe's own CMake build (sdfg.compile()) instead of distsdfg's")
     a = ap.parse_args(argv)
     import torch
     import distsdfg
@@ -87,7 +90,14 @@ def main(argv=None):
         distsdfg.lower(sdfg, distsdfg.schedule_from_shardings(sdfg, shard, nprocs=2))
     if not a.skip_compile:
         with phase("compile"):
-            sdfg.compile()
+            if a.dace_build:
+                sdfg.compile()
+            else:       # what distsdfg.compile does on rank 0, without MPI
+                from distsdfg import blas, runtime
+                from distsdfg import dace_compat as dc
+                blas.configure()
+                dc.ensure_mpi_on_path()
+                runtime.build(sdfg, rebuild=True)
     print(f"{'training step' if a.train else 'forward'}: {nkernels} kernels, wall: "
           + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()) + f", total {sum(times.values()):.1f} s; CPU: "
           + ", ".join(f"{k} {v:.1f} s" for k, v in cpu.items()) + f", total {sum(cpu.values()):.1f} s; "

@@ -1,15 +1,21 @@
 """Compile time of a tiny GPT (2 layers, 4 heads, width 32, sequence 16, batch 2) from PyTorch.
 
     python benchmarks/torch_compile_time.py [--train] [--profile OUT.prof [--profile-phase PHASE]]
-        [--no-batched-renames]
+        [--no-batched-renames] [--cpu] [--save-parsed F.sdfg | --from-parsed F.sdfg] [--skip-compile]
 
 Phases, in seconds: ``trace`` (torch.export / make_fx and emitting the NumPy program),
 ``parse`` (DaCe's Python frontend and simplify: ``TorchProgram.sdfg``), ``lower`` (a
 data-parallel schedule from ``schedule_from_shardings`` over 2 ranks, ``distsdfg.lower``) and
-``compile`` (code generation and the C++ build, ``sdfg.compile()`` of the lowered SDFG in one
-process). ``--no-batched-renames`` parses without ``dace_compat_parse.batched_renames`` (DaCe's
+``compile`` (code generation and the C++ build of the lowered SDFG in one process: what
+``distsdfg.compile`` does on rank 0, ``runtime.build``; ``--dace-build``: DaCe's own CMake build,
+``sdfg.compile()``, with DaCe's default build type, as measured before). ``--no-batched-renames`` parses without ``dace_compat_parse.batched_renames`` (DaCe's
 per-variable renames), for comparison. ``--profile`` writes a cProfile of one phase
-(``--profile-phase``, default ``parse``). Record the figures in docs/torch.md.
+(``--profile-phase``, default ``parse``; with ``--cpu`` it counts CPU time, which a shared, loaded
+machine distorts less than wall time). Every phase is reported in wall time and in CPU time
+(this process and the compiler processes it waited for). ``--save-parsed`` writes the parsed
+SDFG to a file and ``--from-parsed`` starts from one (no trace, no parse), to iterate on the
+lowering quickly; ``--skip-compile`` stops after the lowering. Record the figures in
+docs/torch.md.
 """
 import argparse
 import contextlib
@@ -28,6 +34,12 @@ def main(argv=None):
     ap.add_argument("--profile", help="write a cProfile of one phase (--profile-phase) here")
     ap.add_argument("--profile-phase", default="parse", choices=("trace", "parse", "lower", "compile"))
     ap.add_argument("--no-batched-renames", action="store_true")
+    ap.add_argument("--save-parsed", help="write the parsed SDFG to this JSON file")
+    ap.add_argument("--from-parsed", help="skip trace and parse: load the parsed SDFG from this JSON file")
+    ap.add_argument("--cpu", action="store_true", help="report process CPU time instead of wall time")
+    ap.add_argument("--skip-compile", action="store_true")
+    ap.add_argument("--dace-build", action="store_true",
+                    help="compile with DaCe's own CMake build (sdfg.compile()) instead of distsdfg's")
     a = ap.parse_args(argv)
     import torch
     import distsdfg
@@ -37,38 +49,59 @@ def main(argv=None):
         dace_compat_parse.batched_renames = contextlib.nullcontext
     model = tiny(mixed=True)
     idx = torch.randint(0, model.cfg.vocab, (2, 16), generator=torch.Generator().manual_seed(0))
-    times = {}
+    times, cpu = {}, {}
+
+    def cpu_now():
+        t = os.times()  # this process and its waited-for children (the C++ compiler)
+        return t.user + t.system + t.children_user + t.children_system
 
     @contextlib.contextmanager
     def phase(name):
         prof = None
         if a.profile and a.profile_phase == name:
             import cProfile
-            prof = cProfile.Profile()
+            prof = cProfile.Profile(time.process_time) if a.cpu else cProfile.Profile()
             prof.enable()
-        t = time.perf_counter()
+        t, c = time.perf_counter(), cpu_now()
         yield
-        times[name] = time.perf_counter() - t
+        times[name], cpu[name] = time.perf_counter() - t, cpu_now() - c
         if prof is not None:
             prof.disable()
             prof.dump_stats(a.profile)
 
-    with phase("trace"):
-        if a.train:
-            model.train()
-            prog = distsdfg.from_torch_train_step(model, lambda out, y: out[1], model.optimizer(), (idx, idx), idx)
-        else:
-            prog = distsdfg.from_torch(model.eval(), (idx,))
-    with phase("parse"):
-        sdfg = prog.sdfg
+    nkernels = "?"
+    if a.from_parsed:
+        import dace
+        sdfg = dace.SDFG.from_file(a.from_parsed)
+    else:
+        with phase("trace"):
+            if a.train:
+                model.train()
+                prog = distsdfg.from_torch_train_step(model, lambda out, y: out[1], model.optimizer(), (idx, idx), idx)
+            else:
+                prog = distsdfg.from_torch(model.eval(), (idx,))
+        with phase("parse"):
+            sdfg = prog.sdfg
+        nkernels = len(prog.kernels)
+        if a.save_parsed:
+            sdfg.save(a.save_parsed)
     with phase("lower"):
         shard = {k: v for k, v in {"idx": (2, 1), "targets": (2, 1)}.items() if k in sdfg.arrays}
         distsdfg.lower(sdfg, distsdfg.schedule_from_shardings(sdfg, shard, nprocs=2))
-    with phase("compile"):
-        sdfg.compile()
-    print(f"{'training step' if a.train else 'forward'}: {len(prog.kernels)} kernels, "
-          + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()) + f", total {sum(times.values()):.1f} s")
-
+    if not a.skip_compile:
+        with phase("compile"):
+            if a.dace_build:
+                sdfg.compile()
+            else:       # what distsdfg.compile does on rank 0, without MPI
+                from distsdfg import blas, runtime
+                from distsdfg import dace_compat as dc
+                blas.configure()
+                dc.ensure_mpi_on_path()
+                runtime.build(sdfg, rebuild=True)
+    print(f"{'training step' if a.train else 'forward'}: {nkernels} kernels, wall: "
+          + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()) + f", total {sum(times.values()):.1f} s; CPU: "
+          + ", ".join(f"{k} {v:.1f} s" for k, v in cpu.items()) + f", total {sum(cpu.values()):.1f} s; "
+          + f"load average {os.getloadavg()[0]:.1f}")
 
 if __name__ == "__main__":
     main()

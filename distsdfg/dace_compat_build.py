@@ -121,9 +121,11 @@ def generate_code(sdfg: SDFG, validate: bool = True, rename_if_loaded: bool = Fa
 _private_copies = 0
 
 
-def load_compiled(folder: str):
+def load_compiled(folder: str, program: Optional[SDFG] = None):
     """Load the program built in ``folder`` (DaCe's ``load_precompiled_sdfg``, made safe for many
-    processes sharing the folder).
+    processes sharing the folder). ``program``: the SDFG the build was generated from, when the
+    caller holds it (the builder: as DaCe's ``SDFG.compile`` does, instead of reading back the
+    ``program.sdfg`` it has just written, seconds for a large program).
 
     When this process already has the library loaded (the same program compiled twice), DaCe copies
     it to ``lib<name>.so_`` in the shared build folder and loads the copy, so every rank of a job
@@ -135,7 +137,8 @@ def load_compiled(folder: str):
     import shutil
     from dace.codegen import compiled_sdfg as csdfg
     from dace.config import Config
-    program = SDFG.from_file(os.path.join(folder, "program.sdfg"))
+    if program is None:
+        program = SDFG.from_file(os.path.join(folder, "program.sdfg"))
     ext = Config.get("compiler", "library_extension")
     lib = os.path.join(folder, "build", f"lib{program.name}.{ext}")
     if not csdfg.ReloadableDLL(lib, program.name).is_loaded():

@@ -79,7 +79,8 @@ def fuse_maps_repeated(sdfg) -> int:
     candidate test; returns how many fusions were applied."""
     _reset()
     try:
-        return sdfg.apply_transformations_repeated(CountedMapFusion, validate=False, print_report=False)
+        return sdfg.apply_transformations_repeated(CountedMapFusion, validate=False, print_report=False,
+                                                   progress=False)
     finally:
         _reset()
 

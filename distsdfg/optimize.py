@@ -64,9 +64,10 @@ def share_rank_symbols(sdfg: SDFG, kernels: List) -> Dict[str, str]:
                 mapping[mine] = theirs
         kg.rank_syms = tuple(mapping.get(s, s) for s in kg.rank_syms)
     if mapping:
+        from .dace_compat_rename import rename_symbols
         with warnings.catch_warnings():     # the shared symbol exists already: that is the point
             warnings.simplefilter("ignore", UserWarning)
-            sdfg.replace_dict(mapping)
+            rename_symbols(sdfg, mapping)   # sdfg.replace_dict(mapping), linear in the SDFG
         for old in mapping:
             if old in sdfg.symbols:
                 sdfg.remove_symbol(old)

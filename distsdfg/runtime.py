@@ -457,7 +457,7 @@ def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
     with open(os.path.join(folder, STAMP), "w") as f:
         f.write(key)
     _log(f"{sdfg.name}: compiled in {time.time() - t0:.1f}s ({how})", verbose)
-    return dc.load_compiled(folder), folder
+    return dc.load_compiled(folder, program), folder
 
 
 def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None,

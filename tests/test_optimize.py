@@ -219,3 +219,31 @@ def test_accumulations_split_by_the_parallel_parameter_drop_atomics():
     flags = {n.map.params[0]: [e.data.wcr_nonatomic for e in st.in_edges(st.exit_node(n)) if e.data.wcr]
              for st, n in tops}
     assert all(flags["b"]) and not any(flags["k"])
+
+
+def _without_guids(obj):
+    if isinstance(obj, dict):
+        return {k: _without_guids(v) for k, v in obj.items() if k != "guid"}
+    if isinstance(obj, list):
+        return [_without_guids(v) for v in obj]
+    return obj
+
+
+@pytest.mark.parametrize("prog,schedule", [("greatcircle", {"*": (4,)}), ("mlp", {"*": (2, 1)})])
+def test_rename_symbols_gives_what_replace_dict_gives(prog, schedule):
+    import copy
+    import json
+
+    from distsdfg.dace_compat_rename import rename_symbols
+    plain = _lowered(prog, schedule, False)
+    first = {}
+    mapping = {}
+    for kg in plain._distsdfg.kernels:
+        ref = first.setdefault(tuple(kg.grid), kg.rank_syms)
+        mapping.update({a: b for a, b in zip(kg.rank_syms, ref) if a and b and a != b})
+    assert mapping
+    theirs, ours = copy.deepcopy(plain), copy.deepcopy(plain)
+    theirs.replace_dict(mapping)
+    rename_symbols(ours, mapping)
+    dump = lambda sd: json.dumps(_without_guids(sd.to_json()), sort_keys=True, default=str)  # noqa: E731
+    assert dump(ours) == dump(theirs) != dump(plain)

@@ -4,7 +4,10 @@
 
 A case is ``model:mode:sharding``: a model of ``MODELS``, ``forward`` or ``train-sgd`` /
 ``train-adam`` (three steps), and a sharding of ``SHARDINGS`` turned into a schedule with
-``distsdfg.schedule_from_shardings``. Each case is compiled once (on rank 0).
+``distsdfg.schedule_from_shardings``; ``model:mode:sharding:distributed`` lowers with
+``placement="distributed"``: every rank passes only its blocks of the weights, the optimizer
+state and the batch, and keeps them across the three calls (``train_distributed``). Each case is
+compiled once (on rank 0).
 """
 from __future__ import annotations
 
@@ -122,7 +125,8 @@ def run_case(case: str, comm) -> dict:
     report = distsdfg.comm_report(sdfg, nprocs=comm.size)
     fn = distsdfg.compile(sdfg, comm=comm)
     result = {"case": case, "schedule": {k: list(v) for k, v in sched.items()},
-              "report": [{"collective": s.collective, "array": s.array, "sent": list(s.sent)} for s in report],
+              "report": [{"collective": s.collective, "array": s.array, "sent": list(s.sent),
+                         "received": list(s.received)} for s in report],
               "bytes": []}
 
     def call(args):     # every call's measured bytes (with the PMPI counter preloaded) next to comm_report's

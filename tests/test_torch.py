@@ -4,8 +4,9 @@ Unit tier (no compile): the op table's refusals, sharding propagation to schedul
 Single process: every supported operator (grouped into three compiled programs, one
 assertion per operator), an MLP and a transformer block forward, three SGD and Adam steps.
 mpiexec tier: the MLP and the block on 4 ranks, data-parallel and Megatron / head-parallel,
-forward and three SGD steps (``distsdfg/testing/torch_run.py``). Float32, relative error
-at most 1e-5.
+forward and three SGD steps (``distsdfg/testing/torch_run.py``), and three SGD / Adam steps in
+distributed placement (every rank keeps its blocks of weights and optimizer state across
+calls). Float32, relative error at most 1e-5.
 """
 import copy
 import json

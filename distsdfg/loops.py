@@ -60,6 +60,7 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
         self.readers: Dict[str, List[nodes.Node]] = {}   # home buffer -> nodes done reading it since
         self.alias_written: Set[Tuple[int, str]] = set()
         self.alias_read: Set[str] = set()
+        self.reading_for: Optional[nodes.Node] = None     # the kernel whose inputs are being read
 
     # -- layouts ------------------------------------------------------------------------------
     def kernel_layout(self, kp: KernelPlan, buffer: str, boxes, home: str) -> Layout:
@@ -100,9 +101,18 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
         return super().holder_node(h, state)
 
     def latest_global(self, state: SDFGState, x: str) -> nodes.AccessNode:
-        """The last written access node of the program's array ``x`` in ``state`` (or a fresh read)."""
+        """The last written access node of the program's array ``x`` in ``state`` (or a fresh read).
+
+        While a kernel's inputs are read (``self.reading_for``), nodes downstream of that kernel
+        do not count: an unsplit kernel that updates a replicated array in place (an optimizer's
+        step counter, ``st[0] = st[0] + 1``) already writes a node of ``x``, and reading from it
+        would close a cycle through the kernel."""
         order = {n: i for i, n in enumerate(dc.top_level_nodes(state))}
         written = [n for n in state.data_nodes() if n.data == x and state.in_degree(n) > 0]
+        kernel = self.reading_for
+        if kernel is not None and written:
+            after = nx.descendants(state.nx, kernel)
+            written = [n for n in written if n not in after]
         if written:
             return max(written, key=lambda n: order.get(n, -1))
         return state.add_read(x)
@@ -296,7 +306,11 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
             h.accesses.append(self.kernel_layout(kp, h.buffer, c.reads, h.name))
             self.alias_read.add(x)
             return new, h.buffer
-        return super().read_input(kp, arr, c, state, src_node, local_of, boxes)
+        self.reading_for = kp.kernel.node
+        try:
+            return super().read_input(kp, arr, c, state, src_node, local_of, boxes)
+        finally:
+            self.reading_for = None
 
     def add_local(self, kp: KernelPlan, arr: str, c: ArrayConstraint, *, offset: bool) -> str:
         if (kp.kernel.index, arr) in self.alias_written:

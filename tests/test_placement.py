@@ -11,6 +11,7 @@ import subprocess
 import sys
 import warnings
 
+import dace
 import numpy as np
 import pytest
 
@@ -113,6 +114,31 @@ def test_training_step_keeps_weights_on_their_owners():
         if s.array in ("x", "y", "W1", "W2"):
             assert s.collective in ("Allgatherv", "Reduce_scatter", "Isend/Irecv", "Allreduce"), s
     assert not any(s.collective in ("Scatterv", "Gatherv") for s in steps if s.array != "lr")
+
+
+N = dace.symbol("N")
+
+
+@dace.program
+def counted_update(st: dace.float64[1], a: dace.float64[N], b: dace.float64[N]):
+    for i in dace.map[0:1]:        # unsplit, in place: an optimizer's step counter
+        st[i] = st[i] + 1
+    for i in dace.map[0:N]:
+        b[i] = a[i] * st[0] + b[i]
+
+
+def test_in_place_update_of_a_replicated_counter_lowers():
+    # Issue 24: the counter's kernel reads `st` and writes it in place; its input was taken from
+    # its own output node, and DaCe rejected the lowered state as cyclic.
+    sdfg = counted_update.to_sdfg()
+    dc.simplify(sdfg)
+    split = [m.label for m in distsdfg.maps(sdfg)][1]
+    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {split: (4,)}), placement="distributed")
+    sdfg.validate()
+    steps = distsdfg.comm_report(sdfg, nprocs=4, N=16)
+    # a and b never move; the counter (8 bytes) goes from rank 0, where its update runs, to the others.
+    assert {s.array for s in steps} == {"st"}, [str(s) for s in steps]
+    assert all(s.sent == (24, 0, 0, 0) and s.received == (0, 8, 8, 8) for s in steps), [str(s) for s in steps]
 
 
 def test_compile_with_another_placement_lowers_a_copy(monkeypatch):

@@ -4,8 +4,9 @@ Unit tier (no compile): the op table's refusals, sharding propagation to schedul
 Single process: every supported operator (grouped into three compiled programs, one
 assertion per operator), an MLP and a transformer block forward, three SGD and Adam steps.
 mpiexec tier: the MLP and the block on 4 ranks, data-parallel and Megatron / head-parallel,
-forward and three SGD steps (``distsdfg/testing/torch_run.py``). Float32, relative error
-at most 1e-5.
+forward and three SGD steps (``distsdfg/testing/torch_run.py``), and three SGD / Adam steps in
+distributed placement (every rank keeps its blocks of weights and optimizer state across
+calls). Float32, relative error at most 1e-5.
 """
 import copy
 import json
@@ -224,7 +225,9 @@ def test_training_steps_match_torch_optim(kind):
 # -- mpiexec tier ---------------------------------------------------------------------------------
 
 CASES = ["mlp:forward:data", "mlp:forward:megatron", "mlp:train-sgd:data", "mlp:train-sgd:megatron",
-         "mlp:train-sgd:zero", "block:forward:data3", "block1:forward:heads"]
+         "mlp:train-sgd:zero", "block:forward:data3", "block1:forward:heads",
+         # distributed placement (issue 24): weights and optimizer state stay on their owners across calls
+         "mlp:train-sgd:megatron:distributed", "mlp:train-adam:data:distributed", "mlp:train-sgd:zero:distributed"]
 
 
 @pytest.fixture(scope="module")
@@ -259,6 +262,28 @@ def test_four_ranks_match_pytorch(mpi_results, case):
         assert grads == {"v_mm_1": "Reduce", "v_mm_2": "Reduce"}, grads
     if case == "mlp:train-sgd:zero":         # update split too: each rank gets the sum of its rows only
         assert grads == {"v_mm_1": "Reduce_scatter", "v_mm_2": "Reduce_scatter"}, grads
+    if case.endswith(":distributed"):
+        _check_distributed(r, case)
+
+
+def _check_distributed(r, case):
+    """Every rank kept its own blocks of the weights and optimizer state across the three calls:
+    they match PyTorch's once assembled, no root scatter or gather of them is left, and only an
+    update that runs unsplit on rank 0 fetches its blocks there (and sends them back)."""
+    assert r["state_err"] <= TOL
+    state = [a for a in r["placed"] if a not in ("x", "target")]
+    assert "fc1_weight" in state and any("__" in a for a in state), r["placed"]
+    moved = [s for s in r["report"] if s["array"] in state]
+    assert all(s["collective"] not in ("Scatterv", "Gatherv", "Bcast") for s in moved), moved
+    to_root = {s["array"] for s in moved if s["received"][0] and not any(s["received"][1:])}
+    if case == "mlp:train-sgd:megatron:distributed":     # only fc2's bias update is not split
+        assert to_root == {"fc2_bias", "fc2_bias__momentum_buffer"}, to_root
+        assert not any(s["array"] == "fc1_weight" for s in moved), moved
+    if case == "mlp:train-sgd:zero:distributed":         # split update: no optimizer state moves at all
+        assert not any("momentum" in s["array"] for s in moved), moved
+        assert to_root == {"fc1_weight", "fc2_weight"}, to_root     # the unsplit transposes read them on rank 0
+    if case == "mlp:train-adam:data:distributed":        # the update runs on rank 0 (docs/torch.md)
+        assert {"fc1_weight__exp_avg", "fc1_weight__exp_avg_sq"} <= to_root, to_root
 
 
 def test_index_inputs_are_checked():

@@ -4,7 +4,10 @@
 
 A case is ``model:mode:sharding``: a model of ``MODELS``, ``forward`` or ``train-sgd`` /
 ``train-adam`` (three steps), and a sharding of ``SHARDINGS`` turned into a schedule with
-``distsdfg.schedule_from_shardings``. Each case is compiled once (on rank 0).
+``distsdfg.schedule_from_shardings``; ``model:mode:sharding:distributed`` lowers with
+``placement="distributed"``: every rank passes only its blocks of the weights, the optimizer
+state and the batch, and keeps them across the three calls (``train_distributed``). Each case is
+compiled once (on rank 0).
 """
 from __future__ import annotations
 
@@ -98,7 +101,8 @@ def run_case(case: str, comm) -> dict:
     from distsdfg.torch_frontend import from_torch
     from distsdfg.torch_training import from_torch_train_step
     torch = _torch()
-    model_name, mode, shard = case.split(":")
+    model_name, mode, shard, *rest = case.split(":")
+    placement = rest[0] if rest else None        # "distributed": every rank passes its own blocks
     make, shape, classes = MODELS[model_name]
     model = make()
     gen = torch.Generator().manual_seed(1234)
@@ -117,11 +121,12 @@ def run_case(case: str, comm) -> dict:
         raise KeyError(f"sharding {shard} names {missing}, which {model_name} does not have")
     shardings = {k: v for k, v in shardings.items() if k in sdfg.arrays or k in kernels}
     sched = distsdfg.schedule_from_shardings(sdfg, shardings, nprocs=comm.size)
-    distsdfg.lower(sdfg, sched)
+    distsdfg.lower(sdfg, sched, placement=placement)
     report = distsdfg.comm_report(sdfg, nprocs=comm.size)
     fn = distsdfg.compile(sdfg, comm=comm)
     result = {"case": case, "schedule": {k: list(v) for k, v in sched.items()},
-              "report": [{"collective": s.collective, "array": s.array, "sent": list(s.sent)} for s in report],
+              "report": [{"collective": s.collective, "array": s.array, "sent": list(s.sent),
+                         "received": list(s.received)} for s in report],
               "bytes": []}
 
     def call(args):     # every call's measured bytes (with the PMPI counter preloaded) next to comm_report's
@@ -135,6 +140,8 @@ def run_case(case: str, comm) -> dict:
             result["rel_err"] = _rel(out, model(x).detach().numpy())
         return result
     args = prog.arguments(x, y)
+    if placement == "distributed":
+        return train_distributed(prog, fn, args, call, result, model, x, y, mode, comm)
     ref = copy.deepcopy(model)
     ropt = _optimizer(mode.split("-")[1], ref.parameters())
     losses, ref_losses = [], []
@@ -151,6 +158,47 @@ def run_case(case: str, comm) -> dict:
         got = prog.state_dict(args)
         result["loss_err"] = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
         result["rel_err"] = max(_rel(got[k].numpy(), v.detach().numpy()) for k, v in ref.state_dict().items())
+        result["losses"] = losses
+    return result
+
+
+def train_distributed(prog, fn, args, call, result, model, x, y, mode, comm) -> dict:
+    """Three steps in distributed placement: every rank passes its own blocks of the weights and
+    optimizer state and keeps them between calls; rank 0 assembles them only after the last call."""
+    torch = _torch()
+    rank = comm.rank
+    lay = {a: fn.layout(a) for a, v in args.items() if isinstance(v, np.ndarray)}
+    mine = {a: (lay[a].block(v, rank) if a in lay and lay[a].placement == "distributed" else v)
+            for a, v in args.items()}
+    result["placed"] = sorted(a for a in lay if lay[a].placement == "distributed")
+    ref = copy.deepcopy(model)
+    ropt = _optimizer(mode.split("-")[1], ref.parameters())
+    losses, ref_losses = [], []
+    for _ in range(3):
+        loss = call(mine)
+        ropt.zero_grad()
+        rl = torch.nn.CrossEntropyLoss()(ref(x), y)
+        rl.backward()
+        ropt.step()
+        if rank == 0:       # the loss is returned on rank 0
+            losses.append(float(np.asarray(loss).reshape(-1)[0]))
+            ref_losses.append(float(rl.item()))
+    got = {}
+    for a in args:
+        if a in lay and lay[a].placement == "distributed":
+            blocks = comm.gather(mine[a])
+            if rank == 0:
+                got[a] = lay[a].assemble(blocks)
+        else:
+            got[a] = mine[a]
+    if rank == 0:
+        result["loss_err"] = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
+        sd = prog.state_dict(got)
+        result["rel_err"] = max(_rel(sd[k].numpy(), v.detach().numpy()) for k, v in ref.state_dict().items())
+        ostate = prog.optimizer_state(got)
+        key = "momentum_buffer" if "sgd" in mode else "exp_avg"
+        result["state_err"] = max(_rel(ostate[k][key].numpy(), ropt.state[p][key].numpy())
+                                  for k, p in ref.named_parameters())
         result["losses"] = losses
     return result
 

@@ -142,6 +142,19 @@ def run_case(case: str, comm) -> dict:
     args = prog.arguments(x, y)
     if placement == "distributed":
         return train_distributed(prog, fn, args, call, result, model, x, y, mode, comm)
+    ref, _, losses, ref_losses = _three_steps(call, args, model, mode, x, y, comm.rank)
+    if comm.rank == 0:
+        got = prog.state_dict(args)
+        result["loss_err"] = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
+        result["rel_err"] = max(_rel(got[k].numpy(), v.detach().numpy()) for k, v in ref.state_dict().items())
+        result["losses"] = losses
+    return result
+
+
+def _three_steps(call, args, model, mode, x, y, rank):
+    """Three calls of the step next to three steps of PyTorch's optimizer on a copy of ``model``:
+    the copy, its optimizer and, on rank 0 (where the loss is returned), both sides' losses."""
+    torch = _torch()
     ref = copy.deepcopy(model)
     ropt = _optimizer(mode.split("-")[1], ref.parameters())
     losses, ref_losses = [], []
@@ -151,38 +164,21 @@ def run_case(case: str, comm) -> dict:
         rl = torch.nn.CrossEntropyLoss()(ref(x), y)
         rl.backward()
         ropt.step()
-        if comm.rank == 0:
+        if rank == 0:
             losses.append(float(np.asarray(loss).reshape(-1)[0]))
             ref_losses.append(float(rl.item()))
-    if comm.rank == 0:
-        got = prog.state_dict(args)
-        result["loss_err"] = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
-        result["rel_err"] = max(_rel(got[k].numpy(), v.detach().numpy()) for k, v in ref.state_dict().items())
-        result["losses"] = losses
-    return result
+    return ref, ropt, losses, ref_losses
 
 
 def train_distributed(prog, fn, args, call, result, model, x, y, mode, comm) -> dict:
     """Three steps in distributed placement: every rank passes its own blocks of the weights and
     optimizer state and keeps them between calls; rank 0 assembles them only after the last call."""
-    torch = _torch()
     rank = comm.rank
     lay = {a: fn.layout(a) for a, v in args.items() if isinstance(v, np.ndarray)}
     mine = {a: (lay[a].block(v, rank) if a in lay and lay[a].placement == "distributed" else v)
             for a, v in args.items()}
     result["placed"] = sorted(a for a in lay if lay[a].placement == "distributed")
-    ref = copy.deepcopy(model)
-    ropt = _optimizer(mode.split("-")[1], ref.parameters())
-    losses, ref_losses = [], []
-    for _ in range(3):
-        loss = call(mine)
-        ropt.zero_grad()
-        rl = torch.nn.CrossEntropyLoss()(ref(x), y)
-        rl.backward()
-        ropt.step()
-        if rank == 0:       # the loss is returned on rank 0
-            losses.append(float(np.asarray(loss).reshape(-1)[0]))
-            ref_losses.append(float(rl.item()))
+    ref, ropt, losses, ref_losses = _three_steps(call, mine, model, mode, x, y, rank)
     got = {}
     for a in args:
         if a in lay and lay[a].placement == "distributed":

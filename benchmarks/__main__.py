@@ -17,6 +17,7 @@ import importlib.util
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -182,6 +183,9 @@ def run_jax(args, env: Dict[str, str]) -> List[dict]:
         for P in procs:
             out = Path(tmp, f"jax{P}.json")
             cmd = [python, str(ROOT / "benchmarks" / "jax_versions.py"), str(path), str(P), str(args.repeats), str(out)]
+            if shutil.which("taskset") and P <= (os.cpu_count() or 1):
+                # XLA's CPU matrix products use every core whatever its flags say: P cores, like P ranks
+                cmd = ["taskset", "-c", f"0-{P - 1}"] + cmd
             try:
                 proc = subprocess.run(cmd, cwd=ROOT, env=jenv, capture_output=True, text=True, timeout=args.timeout)
                 err = None if proc.returncode == 0 and out.exists() else f"exit code {proc.returncode}: {proc.stderr[-1500:]}"

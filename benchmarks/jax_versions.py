@@ -6,7 +6,8 @@ Not imported by the rest of the benchmarks: the driver (``benchmarks.__main__``,
 ``jax``) writes every workload's inputs and NumPy reference to ``CASES.npz`` (keys
 ``<workload>/<input>`` and ``<workload>/__ref__``) and starts this script with the JAX
 environment's interpreter, once per P (``--xla_force_host_platform_device_count=P``: P CPU devices
-in one process, one XLA thread each). Each version is ``jax.jit``-compiled with the same
+in one process, one XLA thread each; XLA's matrix products still use every core, so the driver
+pins the process to P cores with ``taskset``). Each version is ``jax.jit``-compiled with the same
 row-parallel algorithm as the hand-written and Dask versions: the leading axis of the row operand
 split over a one-dimensional mesh of the P devices, the other operands replicated (the chain also
 splits ``E``'s columns, as in the hand-written version; SpMV keeps the CSR arrays whole: JAX has no

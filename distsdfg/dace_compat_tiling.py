@@ -24,14 +24,17 @@ __all__ = ["TILE", "transposed_params", "tile_map", "outer_param_separates_write
 TILE = 16
 
 
+def _names(expr) -> set:
+    """Names of the symbols in a subset bound."""
+    return {str(x) for x in symbolic.pystr_to_symbolic(str(expr)).free_symbols}
+
+
 def _last_index_param(subset, params: List[str]) -> Optional[str]:
     """The map parameter the subset's last dimension is indexed by (a single element), or None."""
-    if subset is None or subset.dims() == 0:
-        return None
-    b, e, s = subset.ranges[-1]
+    b, e, _ = subset.ranges[-1]
     if b != e:
         return None
-    used = [p for p in params if p in {str(x) for x in symbolic.pystr_to_symbolic(str(b)).free_symbols}]
+    used = [p for p in params if p in _names(b)]
     return used[0] if len(used) == 1 else None
 
 
@@ -56,8 +59,7 @@ def transposed_params(state: SDFGState, entry: nodes.MapEntry) -> Optional[Tuple
         sub = e.data.subset if e.data.data is not None else None
         if sub is None or sub.dims() < 2:
             continue
-        lead = [{str(x) for x in symbolic.pystr_to_symbolic(str(b)).free_symbols} for b, _, _ in sub.ranges[:-1]]
-        if any(inner in names for names in lead):
+        if any(inner in _names(b) for b, _, _ in sub.ranges[:-1]):
             q = _last_index_param(sub, params)
             if q is None or q == inner:
                 return None

@@ -103,20 +103,22 @@ def fast_reductions(sdfg: SDFG) -> int:
     return n
 
 
-def tile_transposes(sdfg: SDFG) -> int:
-    """Tile every top-level map that reads or writes along two different contiguous dimensions
-    (``dace_compat_tiling.transposed_params``) into ``TILE`` x ``TILE`` blocks; returns how many."""
+def _top_level_maps(sdfg: SDFG):
+    """(state, map entry) of every map outside other maps, in every state of ``sdfg`` (not of its
+    nested SDFGs), listed before the caller changes any of them."""
     from dace.sdfg import nodes
 
     from . import dace_compat as dc
+    return [(state, n) for state in dc.all_states(sdfg) for n in dc.top_level_nodes(state)
+            if isinstance(n, nodes.MapEntry)]
+
+
+def tile_transposes(sdfg: SDFG) -> int:
+    """Tile every top-level map that reads or writes along two different contiguous dimensions
+    (``dace_compat_tiling.transposed_params``) into ``TILE`` x ``TILE`` blocks; returns how many."""
     from .dace_compat_tiling import tile_map, transposed_params
-    found = []
-    for state in dc.all_states(sdfg):
-        for n in state.nodes():
-            if isinstance(n, nodes.MapEntry) and state.entry_node(n) is None:
-                pair = transposed_params(state, n)
-                if pair is not None:
-                    found.append((state, n, pair))
+    found = [(state, entry, pair) for state, entry in _top_level_maps(sdfg)
+             if (pair := transposed_params(state, entry)) is not None]
     for state, entry, pair in found:
         tile_map(sdfg, state, entry, pair)
     return len(found)
@@ -125,17 +127,9 @@ def tile_transposes(sdfg: SDFG) -> int:
 def nonatomic_accumulations(sdfg: SDFG) -> int:
     """Write-conflict resolutions of top-level maps that no two OpenMP threads share become plain
     updates (``dace_compat_tiling.outer_param_separates_writes``); returns how many memlets."""
-    from dace.sdfg import nodes
-
-    from . import dace_compat as dc
     from .dace_compat_tiling import mark_nonatomic, outer_param_separates_writes
-    n = 0
-    for state in dc.all_states(sdfg):
-        for node in state.nodes():
-            if isinstance(node, nodes.MapEntry) and state.entry_node(node) is None \
-                    and outer_param_separates_writes(state, node):
-                n += mark_nonatomic(state, node)
-    return n
+    return sum(mark_nonatomic(state, entry) for state, entry in _top_level_maps(sdfg)
+               if outer_param_separates_writes(state, entry))
 
 
 def _same(a, b) -> bool:

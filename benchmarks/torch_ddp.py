@@ -87,7 +87,7 @@ def timed(comm, fn, steps):
     return statistics.median(times), times
 
 
-def run_ddp(case, comm, steps, torch):
+def run_ddp(case, comm, steps):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     port = comm.bcast(_free_port() if comm.rank == 0 else None, root=0)
@@ -113,7 +113,7 @@ def run_ddp(case, comm, steps, torch):
         opt.step()
     med, times = timed(comm, step, steps)
     per_step = counted["bytes"] / (steps + 2)
-    sent = comm.size * 2 * (comm.size - 1) / comm.size * per_step
+    sent = 2 * (comm.size - 1) * per_step     # P ranks, each sending 2 (P-1)/P of every bucket
     dist.destroy_process_group()
     return med, times, int(sent), model.module.state_dict()
 
@@ -163,7 +163,7 @@ def main(argv=None):
         raise SystemExit(f"--batch {a.batch} must be a multiple of the {comm.size} ranks")
     case = (mlp_case if a.model == "mlp" else gpt_case)(a, torch, nn)
     ours = run_distsdfg(case, comm, a.steps)
-    ddp = run_ddp(case, comm, a.steps, torch)
+    ddp = run_ddp(case, comm, a.steps)
     if comm.rank != 0:
         return
     # Both trained steps + 2 times from the same start: compare the final weights.

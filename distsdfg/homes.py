@@ -18,7 +18,7 @@ from .exprs import evaluate_many
 from .plan import ALL_HOME, ROOT_HOME, HomeSolution, HomeSpec, RankBlock, evaluate
 from .tiling import block_span
 
-__all__ = ["grid_coords", "solve_homes"]
+__all__ = ["grid_coords", "rank_symbol_values", "solve_homes"]
 
 def grid_coords(q: int, grid: Sequence[int]) -> Optional[Tuple[int, ...]]:
     """Rank ``q``'s row-major coordinates in ``grid`` (None: outside it)."""
@@ -52,6 +52,23 @@ def _block(spec, coords, values, gshape) -> RankBlock:
     return RankBlock(origin, tuple(lo), tuple(h - l + 1 for l, h in zip(lo, hi)))
 
 
+def rank_symbol_values(grid: Sequence[int], rank_syms: Sequence[str], values: Dict[str, object],
+                       nranks: int) -> Tuple[Dict[str, object], np.ndarray]:
+    """``values`` with every rank symbol an array over ranks ``0 .. nranks-1`` (their row-major
+    coordinates in ``grid``; for ``exprs.evaluate_many``), and which of those ranks are in the grid."""
+    rest = np.arange(nranks, dtype=np.int64)
+    coords = []
+    for g in reversed(grid):
+        coords.append(rest % g)
+        rest = rest // g
+    coords.reverse()
+    vals = dict(values)
+    for s, c in zip(rank_syms, coords):
+        if s:
+            vals[s] = c
+    return vals, rest == 0
+
+
 def _all_blocks(spec, values, nranks, gshape) -> List[RankBlock]:
     """``_block`` of every rank ``0 .. nranks-1`` (row-major coordinates in ``spec.grid``), its bounds
     evaluated for all ranks at once (``exprs.evaluate_many``): one rank's call-time solve touches
@@ -59,17 +76,7 @@ def _all_blocks(spec, values, nranks, gshape) -> List[RankBlock]:
     nd = len(gshape)
     if nd == 0 or not spec.boxes:
         return [_block(spec, grid_coords(q, spec.grid), values, gshape) for q in range(nranks)]
-    rest = np.arange(nranks, dtype=np.int64)
-    coords = []
-    for g in reversed(spec.grid):
-        coords.append(rest % g)
-        rest = rest // g
-    coords.reverse()
-    inside = rest == 0
-    vals = dict(values)
-    for s, c in zip(spec.rank_syms, coords):
-        if s:
-            vals[s] = c
+    vals, inside = rank_symbol_values(spec.grid, spec.rank_syms, values, nranks)
     lo = hi = None
     for box in spec.boxes:
         limit = np.asarray([gshape[d] for d in range(len(box))], dtype=np.int64)[:, None] - 1

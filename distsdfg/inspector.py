@@ -36,6 +36,7 @@ from . import dace_compat as dc
 from .constraints import KernelPlan
 from .errors import DistributedLoweringError, InputError
 from .exprs import evaluate, evaluate_many
+from .homes import rank_symbol_values
 
 __all__ = ["DataBounds", "recognise", "apply", "inspect", "inspect_call", "complete", "inputs_of"]
 
@@ -183,17 +184,8 @@ def apply(sdfg: SDFG, kp: KernelPlan, db: DataBounds) -> None:
 
 def _rank_rows(db: DataBounds, values, nranks: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per rank ``0 .. nranks-1``: its first and last row (inclusive) and whether it is in the grid."""
-    rest = np.arange(nranks, dtype=np.int64)
-    vals = dict(values)
-    coords = []
-    for g in reversed(db.grid):
-        coords.append(rest % g)
-        rest = rest // g
-    coords.reverse()
-    for s, c in zip(db.rank_syms, coords):
-        if s:
-            vals[s] = c
-    return evaluate_many(db.rows[0], vals, nranks), evaluate_many(db.rows[1], vals, nranks), rest == 0
+    vals, inside = rank_symbol_values(db.grid, db.rank_syms, values, nranks)
+    return evaluate_many(db.rows[0], vals, nranks), evaluate_many(db.rows[1], vals, nranks), inside
 
 
 def inspect(bounds: List[DataBounds], arrays: Dict[str, np.ndarray], values, nranks: int) -> Dict[str, object]:

@@ -9,25 +9,17 @@ as partial sums among them. ``solver`` solves the steps between these layouts.
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
 from .boxes import reshape_box, subtract
 from .exprs import evaluate_many
+from .notation import grid_coords
 from .plan import ALL_HOME, ROOT_HOME, HomeSolution, HomeSpec, RankBlock, evaluate
 from .tiling import block_span
 
 __all__ = ["grid_coords", "rank_symbol_values", "solve_homes"]
-
-def grid_coords(q: int, grid: Sequence[int]) -> Optional[Tuple[int, ...]]:
-    """Rank ``q``'s row-major coordinates in ``grid`` (None: outside it)."""
-    out = []
-    for g in reversed(grid):
-        q, c = divmod(q, g)
-        out.append(c)
-    return None if q else tuple(reversed(out))
-
 
 def _block(spec, coords, values, gshape) -> RankBlock:
     """The block of a StepSpec or Layout on the rank at grid ``coords`` (None: outside the grid)."""

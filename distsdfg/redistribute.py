@@ -34,6 +34,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .boxes import Box, contains, intersect, normalize, reshape_box, subtract, volume
 from .boxindex import BoxIndex, any_overlap
 from .errors import UnsupportedProgramError
+from .notation import format_placements, placements_of_blocks
 from .plan import CommStep
 
 __all__ = ["Box", "Message", "CommPlan", "plan_redistribution", "intersect", "subtract", "contains", "volume",
@@ -72,6 +73,26 @@ class CommPlan:
     messages: Tuple[Message, ...] = ()
     #: solved for this rank alone (``plan_redistribution(rank=...)``): ``messages`` are its own
     rank: Optional[int] = None
+    #: the process grids of the source and destination layouts (rank q at its row-major
+    #: coordinates), when the blocks are the array's own: what ``placements`` reads them on
+    src_grid: Tuple[int, ...] = ()
+    dst_grid: Tuple[int, ...] = ()
+
+    # -- placements -------------------------------------------------------------------------------
+    @property
+    def placements(self):
+        """``(source, destination)`` placements per grid axis (``notation``), or None where the
+        grids are not known (a plan solved on its own, or in a refinement of the array's shape)."""
+        if not self.src_grid or not self.dst_grid:
+            return None
+        return (placements_of_blocks(self.src_grid, self.src, self.op), placements_of_blocks(self.dst_grid, self.dst))
+
+    @property
+    def change(self) -> str:
+        """The placement change this plan makes, e.g. ``'S0R -> RR'`` (an all-gather over the first
+        grid axis); empty where ``placements`` is None."""
+        p = self.placements
+        return "" if p is None else f"{format_placements(p[0])} -> {format_placements(p[1])}"
 
     # -- bytes ------------------------------------------------------------------------------------
     def traffic(self) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
@@ -141,7 +162,8 @@ class CommPlan:
         return cls(d["array"], d["collective"], d["nranks"], d["itemsize"], d["op"],
                    tuple(box(b) for b in d["src"]), tuple(box(b) for b in d["dst"]),
                    tuple(tuple(g) for g in d["groups"]), tuple(box(b) for b in d["pieces"]),
-                   tuple(Message(m["src"], m["dst"], box(m["box"])) for m in d["messages"]), d.get("rank"))
+                   tuple(Message(m["src"], m["dst"], box(m["box"])) for m in d["messages"]), d.get("rank"),
+                   tuple(d.get("src_grid", ())), tuple(d.get("dst_grid", ())))
 
     def __str__(self):
         what = {"local": "local copy, no communication",
@@ -154,7 +176,8 @@ class CommPlan:
                              f"block(s), combined on arrival",
                 "Isend/Irecv": f"Isend/Irecv of {len(self.messages)} subarray(s) between "
                                f"{len({(m.src, m.dst) for m in self.messages})} rank pair(s), in place"}[self.collective]
-        return f"{self.array}: {what}, {self.bytes:,} bytes"
+        change = f" ({self.change})" if self.change else ""
+        return f"{self.array}{change}: {what}, {self.bytes:,} bytes"
 
 
 def _sizes(groups) -> str:

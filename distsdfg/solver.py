@@ -112,13 +112,17 @@ def solve_redist(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None
     try:
         sblocks, slshape = _layout_blocks(src, spec.array, values, nranks, gshape, homes)
         dblocks, dlshape = _layout_blocks(spec.layout, spec.array, values, nranks, gshape, homes)
+        grids = {"src_grid": tuple(src.grid), "dst_grid": tuple(spec.grid)}
     except ScheduleError:
         refined = _refined_layouts(spec, values, nranks, gshape, homes)
         if refined is None:
             raise
         gshape, sblocks, slshape, dblocks, dlshape = refined
+        grids = {}          # blocks of a refinement of the array's shape: no placement of the array
     plan = plan_redistribution(spec.array, [_box(b) for b in sblocks], [_box(b) for b in dblocks], src.op,
                                spec.itemsize, inplace=spec.inplace, rank=rank)
+    if grids:
+        plan = dataclasses.replace(plan, **grids)
     return ConcreteRedist(spec, nranks, gshape, slshape, dlshape, sblocks, dblocks, plan)
 
 

@@ -37,6 +37,7 @@ from .constraints import KernelPlan
 from .errors import DistributedLoweringError, InputError
 from .exprs import evaluate, evaluate_many
 from .homes import rank_symbol_values
+from .plan import axis_symbols
 
 __all__ = ["DataBounds", "recognise", "apply", "inspect", "inspect_call", "complete", "inputs_of"]
 
@@ -164,7 +165,7 @@ def recognise(sdfg: SDFG, kp: KernelPlan) -> Optional[DataBounds]:
             tag = f"__dsdfg_csr{k.index}"
             return DataBounds(k.index, k.label, ptr, tuple(arrays), tuple(str(sdfg.arrays[a].shape[0]) for a in arrays),
                               str(pdesc.shape[0]), c1, c2, (str(lo), str(hi)), tuple(kp.grid),
-                              tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid)),
+                              axis_symbols(kp.rank_syms, kp.grid),
                               f"{tag}_lo", f"{tag}_hi", f"{tag}_n")
     return None
 

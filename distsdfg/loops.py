@@ -39,7 +39,7 @@ from .boundary import BoundarySteps
 from .home_planning import Home, HomePlanning
 from .lowering import Rewriter
 from .controlflow import loop_trips
-from .plan import ALL_HOME, ROOT_HOME, HomeSpec, Layout, StepSpec
+from .plan import ALL_HOME, ROOT_HOME, HomeSpec, Layout, StepSpec, axis_symbols, boxes_text
 
 __all__ = ["MachineRewriter", "loop_trips"]
 
@@ -65,8 +65,8 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
     # -- layouts ------------------------------------------------------------------------------
     def kernel_layout(self, kp: KernelPlan, buffer: str, boxes, home: str) -> Layout:
         return Layout(buffer, kp.kernel.label, kp.grid,
-                      tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid)),
-                      tuple(tuple((str(b), str(e)) for b, e in box) for box in boxes), (), (), None, (), home)
+                      axis_symbols(kp.rank_syms, kp.grid),
+                      boxes_text(boxes), (), (), None, (), home)
 
     def home_layout(self, x: str) -> Layout:
         h = self.homes[x]

@@ -15,7 +15,7 @@ from .constraints import ArrayConstraint, KernelPlan
 from .errors import DistributedLoweringError
 from .mpi import DistributedMemlet
 from .nested_strides import restride_into
-from .plan import Layout, StepSpec
+from .plan import Layout, StepSpec, axis_symbols, boxes_text
 from .lowered import (COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS, ArrayState, Holding, KernelGrid,
                       Lowered, same_blocks)
 
@@ -79,8 +79,8 @@ class Rewriter:
         s = StepSpec(
             index=len(self.steps), kind=kind, array=arr, local=local, kernel=kp.kernel.index,
             kernel_label=kp.kernel.label, dtype=np_dtype.name, itemsize=np_dtype.itemsize, grid=kp.grid,
-            rank_syms=tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid)),
-            boxes=tuple(tuple((str(b), str(e)) for b, e in box) for box in boxes),
+            rank_syms=axis_symbols(kp.rank_syms, kp.grid),
+            boxes=boxes_text(boxes),
             origin=tuple(str(o) for o in start), local_shape=tuple(str(s) for s in shape),
             global_shape=tuple(str(s) for s in desc.shape), op=op, acc=acc, exact=c.write_exact, source=source,
             view_shape=view, global_strides=tuple(str(s) for s in desc.strides), home=home, inplace=inplace,
@@ -122,8 +122,8 @@ class Rewriter:
     def layout(self, kp: KernelPlan, arr: str, local: str, c: ArrayConstraint, boxes, op=None) -> Layout:
         _, boxes, start, shape, view = self.coords(arr, c, boxes)
         return Layout(local, kp.kernel.label, kp.grid,
-                      tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid)),
-                      tuple(tuple((str(b), str(e)) for b, e in box) for box in boxes),
+                      axis_symbols(kp.rank_syms, kp.grid),
+                      boxes_text(boxes),
                       tuple(str(o) for o in start), tuple(str(s) for s in shape), op, view)
 
     def holding(self, kp, arr, local, c, boxes, op, state, node) -> Holding:

@@ -23,6 +23,7 @@ from .errors import DistributedLoweringError, LoweredStateError
 from .kernels import find_kernels
 from .loops import MachineRewriter
 from .lowering import COMM_ARG, PLAN_ARRAY, PLAN_LEN, KernelGrid, Lowered, Rewriter
+from .plan import axis_symbols
 from .schedule import Schedule
 
 __all__ = ["lower_sdfg", "validate_lowered"]
@@ -123,7 +124,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     kgrids = []
     for kp in plans:
         kgrids.append(KernelGrid(kp.kernel.index, kp.kernel.label, tuple(m.info.key for m in kp.kernel.maps),
-                                 kp.grid, tuple(str(s) if g > 1 else "" for s, g in zip(kp.rank_syms, kp.grid)),
+                                 kp.grid, axis_symbols(kp.rank_syms, kp.grid),
                                  rw.members.get(kp.kernel.index, "")))
     original = sdfg.name
     tag = target if comm == "host" else f"{target}+{comm}"

@@ -23,13 +23,23 @@ from .checks import check_sizes
 from .exprs import evaluate
 
 __all__ = ["Layout", "StepSpec", "RankBlock", "ConcreteStep", "CommStep", "HomeSpec", "HomeSolution", "evaluate",
-           "symbol_values", "given_values", "ROOT_HOME", "ALL_HOME"]
+           "symbol_values", "given_values", "axis_symbols", "boxes_text", "ROOT_HOME", "ALL_HOME"]
 
 #: ``Layout.home`` of the program's own array: held whole by rank 0 only / by every rank.
 ROOT_HOME, ALL_HOME = "^", "*"
 #: ``ConcreteStep.flags``: accumulate into the destination, merge overlapping gathered blocks,
 #: replicate over a sub-grid, mask overlapping partial blocks (read by distsdfg_runtime.h).
 F_ACC, F_MERGE, F_REPL, F_MASK = 1, 2, 4, 8
+
+
+def axis_symbols(rank_syms, grid) -> Tuple[str, ...]:
+    """Per grid axis, the name of its rank symbol ('' for an axis of size 1: nothing split there)."""
+    return tuple(str(s) if g > 1 else "" for s, g in zip(rank_syms, grid))
+
+
+def boxes_text(boxes) -> Tuple[Tuple[Tuple[str, str], ...], ...]:
+    """Symbolic boxes (a (start, end) pair per dimension) as the text a plan records."""
+    return tuple(tuple((str(b), str(e)) for b, e in box) for box in boxes)
 
 
 @dataclasses.dataclass(frozen=True)

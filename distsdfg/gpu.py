@@ -42,6 +42,7 @@ from . import dace_compat as dc
 from .errors import DistributedLoweringError, UnsupportedProgramError
 from .mpi import DistributedMemlet
 from .mpi.distributed_memlet import BUFFERS
+from .mpi.environment import INCLUDE_DIR
 
 __all__ = ["OffloadKernels", "DeviceBufferComm", "emulate_on_host", "build_settings", "gpu_available", "nvcc_path", "cuda_arch",
            "has_cublas", "mpi_cuda_support", "require_cuda_aware_mpi", "COMPAT_HEADER"]
@@ -49,8 +50,8 @@ __all__ = ["OffloadKernels", "DeviceBufferComm", "emulate_on_host", "build_setti
 #: Thread-block shape of a kernel by its map's dimensions (DaCe maps the last parameter to x).
 BLOCK_SIZES = ((256, 1, 1), (32, 8, 1), (32, 4, 2))
 
-COMPAT_HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi", "include", "distsdfg_cuda_compat.h")
-HOST_COMPAT_HEADER = os.path.join(os.path.dirname(COMPAT_HEADER), "distsdfg_cuda_host_compat.h")
+COMPAT_HEADER = os.path.join(INCLUDE_DIR, "distsdfg_cuda_compat.h")
+HOST_COMPAT_HEADER = os.path.join(INCLUDE_DIR, "distsdfg_cuda_host_compat.h")
 
 
 def nvcc_path() -> Optional[str]:

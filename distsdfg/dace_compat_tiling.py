@@ -43,14 +43,16 @@ def transposed_params(state: SDFGState, entry: nodes.MapEntry) -> Optional[Tuple
     of two or more dimensions (so the inner loop strides through it) whose last dimension another
     parameter indexes (one element): that parameter and the innermost one, in the map's order;
     else None. A broadcast read (``m[b, i]`` inside a loop over ``j``) does not count. Only maps
-    whose body is tasklets and access nodes, with no accumulated (WCR) output, and one such other
-    parameter."""
+    whose body is tasklets and access nodes, with no accumulated (WCR) output that some parameter
+    does not index (a contraction; adding a permuted block into an array is tiled), and one such
+    other parameter."""
     params = list(entry.map.params)
     if len(params) < 2:
         return None
     inner = params[-1]
-    if any(e.data.wcr is not None for e in state.in_edges(state.exit_node(entry))):
-        return None     # an accumulation (a pure einsum): tiling reorders its contraction loops, 2x slower
+    for e in state.in_edges(state.exit_node(entry)):
+        if e.data.wcr is not None and not set(params) <= {n for b, _, _ in e.data.subset.ranges for n in _names(b)}:
+            return None     # an accumulation (a pure einsum): tiling reorders its contraction loops, 2x slower
     body = state.scope_subgraph(entry, include_entry=False, include_exit=False)
     if any(not isinstance(n, (nodes.Tasklet, nodes.AccessNode)) for n in body.nodes()):
         return None

@@ -50,6 +50,9 @@ _FLOATS = (dtypes.float32, dtypes.float64)
 
 
 def _expr(x):
+    """A bound as a sympy expression (a ``SymExpr``: its exact value)."""
+    if isinstance(x, symbolic.SymExpr):
+        return x.expr
     return symbolic.pystr_to_symbolic(str(x)) if not isinstance(x, sympy.Basic) else x
 
 
@@ -130,23 +133,23 @@ def _dim_params(memlet: mm.Memlet, params: Sequence[str]) -> Optional[Tuple[Opti
     return tuple(out) if len(named) == len(set(named)) else None
 
 
-def _is_product(tasklet: nodes.Tasklet, ins: Sequence[str], out: str) -> bool:
-    """The tasklet's code is ``out = x * y`` with ``x``, ``y`` its two input connectors."""
+def _product_operands(tasklet: nodes.Tasklet, ins: Sequence[str], out: str) -> Optional[List[str]]:
+    """``[x, y]`` when the tasklet's code is ``out = x * y`` with ``x``, ``y`` its two input connectors."""
     if tasklet.language != dtypes.Language.Python:
-        return False
+        return None
     try:
         body = ast.parse(tasklet.code.as_string).body
     except SyntaxError:
-        return False
+        return None
     if len(body) != 1 or not isinstance(body[0], ast.Assign) or len(body[0].targets) != 1:
-        return False
+        return None
     target, value = body[0].targets[0], body[0].value
     if not (isinstance(target, ast.Name) and target.id == out):
-        return False
+        return None
     if not (isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mult)):
-        return False
-    operands = [value.left, value.right]
-    return all(isinstance(o, ast.Name) for o in operands) and sorted(o.id for o in operands) == sorted(ins)
+        return None
+    names = [o.id if isinstance(o, ast.Name) else None for o in (value.left, value.right)]
+    return names if sorted(map(str, names)) == sorted(ins) else None
 
 
 def contraction_of(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry) -> Optional[Contraction]:
@@ -169,8 +172,10 @@ def contraction_of(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry) -> Optio
             or len([e for e in state.out_edges(exit_) if not e.data.is_empty()]) != 1:
         return None
     out = t_out[0]
-    if reduction_op(out.data.wcr) != "sum" or not _is_product(tasklet, [e.dst_conn for e in t_in], out.src_conn):
+    order = _product_operands(tasklet, [e.dst_conn for e in t_in], out.src_conn)
+    if reduction_op(out.data.wcr) != "sum" or order is None:
         return None
+    t_in.sort(key=lambda e: order.index(e.dst_conn))        # a is the product's left factor
     ops = []
     for e in t_in + [out]:
         dims = _dim_params(e.data, params)

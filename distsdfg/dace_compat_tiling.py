@@ -24,9 +24,16 @@ __all__ = ["TILE", "transposed_params", "tile_map", "outer_param_separates_write
 TILE = 16
 
 
+def _bound(expr):
+    """A subset bound as a sympy expression (``MapTiling``'s ``SymExpr`` bounds: their exact value)."""
+    if isinstance(expr, symbolic.SymExpr):
+        return expr.expr
+    return symbolic.pystr_to_symbolic(str(expr))
+
+
 def _names(expr) -> set:
     """Names of the symbols in a subset bound."""
-    return {str(x) for x in symbolic.pystr_to_symbolic(str(expr)).free_symbols}
+    return {str(x) for x in _bound(expr).free_symbols}
 
 
 def _last_index_param(subset, params: List[str]) -> Optional[str]:
@@ -91,8 +98,7 @@ def outer_param_separates_writes(state: SDFGState, entry: nodes.MapEntry) -> boo
     wcr = [e for e in state.in_edges(state.exit_node(entry)) if e.data.wcr is not None]
     for e in wcr:
         sub = e.data.subset
-        if sub is None or not any(symbolic.pystr_to_symbolic(str(b)) == first
-                                  and symbolic.pystr_to_symbolic(str(en)) == first for b, en, _ in sub.ranges):
+        if sub is None or not any(_bound(b) == first and _bound(en) == first for b, en, _ in sub.ranges):
             return False
     return bool(wcr)
 

@@ -47,6 +47,7 @@ __all__ = ["Contraction", "contraction_of", "to_matrix_product", "BATCHED_LOCALS
 BATCHED_LOCALS = ("A", "B", "C")
 
 _FLOATS = (dtypes.float32, dtypes.float64)
+_CPU = (dtypes.ScheduleType.Default, dtypes.ScheduleType.CPU_Multicore, dtypes.ScheduleType.Sequential)
 
 
 def _expr(x):
@@ -160,6 +161,9 @@ def contraction_of(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry) -> Optio
     from .dace_compat import reduction_op, runtime_defined_symbols
     params = list(entry.map.params)
     exit_ = state.exit_node(entry)
+    if entry.map.schedule not in _CPU or any(not e.data.is_empty() and not str(e.dst_conn).startswith("IN_")
+                                             for e in state.in_edges(entry)):
+        return None         # a GPU map, or a range read from data (a dynamic map input)
     body = state.scope_subgraph(entry, include_entry=False, include_exit=False).nodes()
     if len(body) != 1 or not isinstance(body[0], nodes.Tasklet):
         return None

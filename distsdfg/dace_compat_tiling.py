@@ -24,9 +24,16 @@ __all__ = ["TILE", "transposed_params", "tile_map", "outer_param_separates_write
 TILE = 16
 
 
+def _bound(expr):
+    """A subset bound as a sympy expression (``MapTiling``'s ``SymExpr`` bounds: their exact value)."""
+    if isinstance(expr, symbolic.SymExpr):
+        return expr.expr
+    return symbolic.pystr_to_symbolic(str(expr))
+
+
 def _names(expr) -> set:
     """Names of the symbols in a subset bound."""
-    return {str(x) for x in symbolic.pystr_to_symbolic(str(expr)).free_symbols}
+    return {str(x) for x in _bound(expr).free_symbols}
 
 
 def _last_index_param(subset, params: List[str]) -> Optional[str]:
@@ -43,14 +50,16 @@ def transposed_params(state: SDFGState, entry: nodes.MapEntry) -> Optional[Tuple
     of two or more dimensions (so the inner loop strides through it) whose last dimension another
     parameter indexes (one element): that parameter and the innermost one, in the map's order;
     else None. A broadcast read (``m[b, i]`` inside a loop over ``j``) does not count. Only maps
-    whose body is tasklets and access nodes, with no accumulated (WCR) output, and one such other
-    parameter."""
+    whose body is tasklets and access nodes, with no accumulated (WCR) output that some parameter
+    does not index (a contraction; adding a permuted block into an array is tiled), and one such
+    other parameter."""
     params = list(entry.map.params)
     if len(params) < 2:
         return None
     inner = params[-1]
-    if any(e.data.wcr is not None for e in state.in_edges(state.exit_node(entry))):
-        return None     # an accumulation (a pure einsum): tiling reorders its contraction loops, 2x slower
+    for e in state.in_edges(state.exit_node(entry)):
+        if e.data.wcr is not None and not set(params) <= {n for b, _, _ in e.data.subset.ranges for n in _names(b)}:
+            return None     # an accumulation (a pure einsum): tiling reorders its contraction loops, 2x slower
     body = state.scope_subgraph(entry, include_entry=False, include_exit=False)
     if any(not isinstance(n, (nodes.Tasklet, nodes.AccessNode)) for n in body.nodes()):
         return None
@@ -89,8 +98,7 @@ def outer_param_separates_writes(state: SDFGState, entry: nodes.MapEntry) -> boo
     wcr = [e for e in state.in_edges(state.exit_node(entry)) if e.data.wcr is not None]
     for e in wcr:
         sub = e.data.subset
-        if sub is None or not any(symbolic.pystr_to_symbolic(str(b)) == first
-                                  and symbolic.pystr_to_symbolic(str(en)) == first for b, en, _ in sub.ranges):
+        if sub is None or not any(_bound(b) == first and _bound(en) == first for b, en, _ in sub.ranges):
             return False
     return bool(wcr)
 

@@ -25,11 +25,16 @@ Steps 1 to 4 apply to straight-line programs with root placement (see ``optimize
    axes around a sequential loop over the reduced ones), several times faster than the
    default ``pure`` expansion, which accumulates every element through a write-conflict
    resolution.
-6. Maps that copy between two arrays along different dimensions (transposes) are tiled into
+6. Accumulating maps that are a contraction of two arrays (DaCe's pure einsums:
+   ``out[b, h, i, j] += x[b, i, k] * W[k, h, j]``, the einsums with no batched-GEMM form) become one
+   BLAS matrix product on the operands' blocks, permuted into matrices where they are not already,
+   and a map adding the product into the output block (``contractions_to_products``,
+   ``dace_compat_einsum``), when the block's product has at least ``MIN_PRODUCT`` multiply-adds.
+7. Maps that copy between two arrays along different dimensions (transposes) are tiled into
    cache-sized blocks (``tile_transposes``, ``dace_compat_tiling``).
-7. Accumulating maps (DaCe's pure einsums: ``out[b, h, i, j] += x[b, i, k] * W[k, h, j]``) whose
-   every accumulated output is indexed by the map's first parameter, the one OpenMP splits, add
-   without atomics (``nonatomic_accumulations``).
+8. The accumulating maps left (step 6's smaller ones, and others) whose every accumulated output is
+   indexed by the map's first parameter, the one OpenMP splits, add without atomics
+   (``nonatomic_accumulations``).
 """
 from __future__ import annotations
 
@@ -40,7 +45,11 @@ from typing import Dict, List
 from dace.sdfg import SDFG
 
 __all__ = ["optimize_lowered", "enabled", "alias_whole_blocks", "alias_local_copies", "tile_transposes",
-           "nonatomic_accumulations"]
+           "nonatomic_accumulations", "contractions_to_products", "MIN_PRODUCT"]
+
+#: Smallest contraction (multiply-adds of one rank's block) that ``contractions_to_products`` hands
+#: to BLAS; blocks of symbolic size always go.
+MIN_PRODUCT = 0
 
 
 def enabled(optimize) -> bool:
@@ -130,6 +139,39 @@ def nonatomic_accumulations(sdfg: SDFG) -> int:
     from .dace_compat_tiling import mark_nonatomic, outer_param_separates_writes
     return sum(mark_nonatomic(state, entry) for state, entry in _top_level_maps(sdfg)
                if outer_param_separates_writes(state, entry))
+
+
+def contractions_to_products(sdfg: SDFG, min_product: int = None) -> int:
+    """Every top-level accumulating map that is a contraction of two arrays (``dace_compat_einsum``)
+    and has at least ``min_product`` multiply-adds (default ``MIN_PRODUCT``; symbolic sizes count as
+    large) becomes a BLAS matrix product; returns how many. Left alone: products that DaCe's MatMul
+    expansion would misread (a matrix of extent one, ``dace_compat_matmul.misread_by_dace``), batched
+    products in a program with a size symbol that DaCe's MKL expansion would hide, and every map
+    when no optimized BLAS is configured (DaCe's reference GEMM is no faster than the map)."""
+    from . import blas
+    from .dace_compat_einsum import BATCHED_LOCALS, choose_layout, contraction_of, matrix_shapes, to_matrix_product
+    from .dace_compat_matmul import misread_by_dace
+    if not blas.info().optimized:
+        return 0
+    least = MIN_PRODUCT if min_product is None else min_product
+    clash = bool(({str(s) for s in sdfg.free_symbols} | set(sdfg.symbols)) & set(BATCHED_LOCALS))
+    found = []
+    for state, entry in _top_level_maps(sdfg):
+        if not any(e.data.wcr is not None for e in state.in_edges(state.exit_node(entry))):
+            continue
+        con = contraction_of(sdfg, state, entry)
+        if con is None:
+            continue
+        work = con.multiply_adds()
+        if work.is_number and int(work) < least:
+            continue
+        lay = choose_layout(sdfg, con)
+        if (lay.batch and clash) or misread_by_dace(*matrix_shapes(con, lay)):
+            continue
+        found.append((state, con, lay))
+    for state, con, lay in found:
+        to_matrix_product(sdfg, state, con, lay)
+    return len(found)
 
 
 def _same(a, b) -> bool:
@@ -389,6 +431,7 @@ def optimize_lowered(sdfg: SDFG, low, *, straight: bool, one_rank: bool = False)
         done["aliased"] = alias_whole_blocks(sdfg, low)
         low.rank0_only = True
     done["reductions"] = fast_reductions(sdfg)
+    done["products"] = contractions_to_products(sdfg)
     done["tiled"] = tile_transposes(sdfg)
     done["nonatomic"] = nonatomic_accumulations(sdfg)
     return done

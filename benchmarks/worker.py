@@ -7,7 +7,8 @@ Mode ``mpi`` runs, per workload, distsdfg with every schedule and the hand-writt
 version on the communicator; ``single`` the program compiled by DaCe for one process;
 ``dask`` the Dask versions on a local cluster of P single-threaded workers per P. Every
 contender's first call is checked against NumPy and counted by the PMPI library (when
-preloaded); the timed repeats follow. The driver (``benchmarks.__main__``) builds CONFIG.
+preloaded); in MPI mode the timed repeats of a workload's contenders then run interleaved, one
+call of each per round, so that their ratios are measured under the same load. The driver (``benchmarks.__main__``) builds CONFIG.
 """
 from __future__ import annotations
 
@@ -81,8 +82,9 @@ def sdfg_name(w: Workload, grids: dict, nprocs: int) -> str:
     return f"bench_{w.program.name}_p{nprocs}_{digest}"
 
 
-def run_schedule(w, sizes, name, grids, ctx) -> Row:
-    """distsdfg with ``grids``: lower, compile (collective), check and count one call, time the repeats."""
+def run_schedule(w, sizes, name, grids, ctx):
+    """distsdfg with ``grids``: lower, compile (collective), check and count one call. Returns the
+    row (rank 0; its times filled in by ``interleave``) and the call to time."""
     import distsdfg
     from distsdfg.report import matmul_io_lower_bounds
     comm, control, P = ctx["comm"], ctx["control"], ctx["comm"].size
@@ -94,33 +96,44 @@ def run_schedule(w, sizes, name, grids, ctx) -> Row:
     fn = distsdfg.compile(sdfg, comm=control)
     out, snap = counted(ctx["counters"], lambda: fn(**ctx["inputs"]))
     snaps = control.gather(snap, root=0)
-    times = timed_spmd(control, lambda: fn(**ctx["inputs"]), ctx["repeats"])
+    call = lambda: fn(**ctx["inputs"])      # noqa: E731
     if comm.rank != 0:
-        return {}
-    fields = {"status": "ok", "schedule": {k: list(v) for k, v in grids.items()}, **summary(times),
-              **check(out, ctx["ref"], w.rtol)}
+        return {}, call
+    fields = {"status": "ok", "schedule": {k: list(v) for k, v in grids.items()}, **check(out, ctx["ref"], w.rtol)}
     original = w.program.to_sdfg()
     fields["model_bytes"] = float(distsdfg.schedule_cost(original, grids, "bytes", **ctx["symbols"]))
     bounds = matmul_io_lower_bounds(original, P, **ctx["symbols"]) if w.name.startswith("matmul") else []
     fields["io_lower_bound"] = sum(b for _, b in bounds) if bounds else None
     if snap is not None:
         fields.update(byte_fields(snaps, report, P))
-    return row(w, sizes, P, f"distsdfg {name}", **fields)
+    return row(w, sizes, P, f"distsdfg {name}", **fields), call
 
 
-def run_handwritten(w, sizes, ctx) -> Row:
+def run_handwritten(w, sizes, ctx):
     from .handwritten import VERSIONS
     comm, control = ctx["comm"], ctx["control"]
     fn = VERSIONS[w.name]
     out, snap = counted(ctx["counters"], lambda: fn(comm, **ctx["inputs"]))
     snaps = control.gather(snap, root=0)
-    times = timed_spmd(control, lambda: fn(comm, **ctx["inputs"]), ctx["repeats"])
+    call = lambda: fn(comm, **ctx["inputs"])      # noqa: E731
     if comm.rank != 0:
-        return {}
-    fields = {"status": "ok", **summary(times), **check(out, ctx["ref"], w.rtol)}
+        return {}, call
+    fields = {"status": "ok", **check(out, ctx["ref"], w.rtol)}
     if snap is not None:
         fields.update(byte_fields(snaps, None, comm.size))
-    return row(w, sizes, comm.size, "mpi4py", **fields)
+    return row(w, sizes, comm.size, "mpi4py", **fields), call
+
+
+def interleave(control, timed: List[tuple], repeats: int) -> None:
+    """Times every (row, call) round-robin, one call of each per round, so that all contenders of
+    a workload see the same machine load; fills each row's times (rank 0)."""
+    samples: List[List[float]] = [[] for _ in timed]
+    for _ in range(repeats):
+        for i, (_, call) in enumerate(timed):
+            samples[i] += timed_spmd(control, call, 1)
+    for (r, _), times in zip(timed, samples):
+        if r:
+            r.update(summary(times))
 
 
 def spmd_inputs(control, w: Workload, sizes: dict, seed: int):
@@ -139,6 +152,8 @@ def spmd_inputs(control, w: Workload, sizes: dict, seed: int):
 
 
 def run_mpi(config: dict) -> List[Row]:
+    """Per workload: every schedule and the hand-written version are set up (lowered, compiled,
+    checked and counted), then timed interleaved (``interleave``)."""
     from mpi4py import MPI
 
     from distsdfg.testing.pmpi import Counters, preloaded
@@ -156,15 +171,24 @@ def run_mpi(config: dict) -> List[Row]:
         ctx = dict(comm=comm, control=control, counters=counters, inputs=inputs, ref=ref, symbols=symbols,
                    repeats=config["repeats"])
         seen: Dict[str, str] = {}
+        timed = []
         for name in config["schedules"]:
-            rows.append(_one_schedule(w, sizes, name, ctx, seen, schedule_for))
+            r, call = _one_schedule(w, sizes, name, ctx, seen, schedule_for)
+            rows.append(r)
+            if call is not None:
+                timed.append((r, call))
         if config.get("handwritten", True):
-            rows.append(_guarded(control, lambda: run_handwritten(w, sizes, ctx), w, sizes, "mpi4py"))
+            r, call = _guarded(control, lambda: run_handwritten(w, sizes, ctx), w, sizes, "mpi4py")
+            rows.append(r)
+            if call is not None:
+                timed.append((r, call))
+        interleave(control, timed, config["repeats"])
     return [r for r in rows if r]
 
 
-def _one_schedule(w, sizes, name, ctx, seen, schedule_for) -> Row:
-    """Plan ``name`` on rank 0; an identical earlier schedule is reported, not rerun."""
+def _one_schedule(w, sizes, name, ctx, seen, schedule_for):
+    """Plan ``name`` on rank 0; an identical earlier schedule is reported, not rerun. The row and
+    the call to time (None: nothing to time)."""
     control, P = ctx["control"], ctx["control"].size
     grids, error = None, None
     if control.rank == 0:
@@ -174,21 +198,22 @@ def _one_schedule(w, sizes, name, ctx, seen, schedule_for) -> Row:
             error = failure(exc)
     grids = control.bcast(grids, root=0)
     if grids is None:
-        return row(w, sizes, P, f"distsdfg {name}", **error) if control.rank == 0 else {}
+        return (row(w, sizes, P, f"distsdfg {name}", **error) if control.rank == 0 else {}), None
     key = json.dumps(sorted((k, list(v)) for k, v in grids.items()))
     if key in seen:
-        return row(w, sizes, P, f"distsdfg {name}", status="same", same_as=seen[key],
-                   schedule={k: list(v) for k, v in grids.items()}) if control.rank == 0 else {}
+        return (row(w, sizes, P, f"distsdfg {name}", status="same", same_as=seen[key],
+                    schedule={k: list(v) for k, v in grids.items()}) if control.rank == 0 else {}), None
     seen[key] = f"distsdfg {name}"
     return _guarded(control, lambda: run_schedule(w, sizes, name, grids, ctx), w, sizes, f"distsdfg {name}")
 
 
-def _guarded(control, call, w, sizes, contender) -> Row:
-    """``call()``; an exception raised on every rank (lowering, compiling) becomes a failed row."""
+def _guarded(control, call, w, sizes, contender):
+    """``call()``; an exception raised on every rank (lowering, compiling) becomes a failed row
+    with nothing to time."""
     try:
         return call()
     except Exception as exc:
-        return row(w, sizes, control.size, contender, **failure(exc)) if control.rank == 0 else {}
+        return (row(w, sizes, control.size, contender, **failure(exc)) if control.rank == 0 else {}), None
 
 
 # -- single process and Dask ----------------------------------------------------------------------------

@@ -36,6 +36,9 @@ MULTI = {
     "repartition": "repartition:_Mult__map=4,1;_Add__map=1,4",
     "tiles_to_rows": "repartition:_Mult__map=2,2;_Add__map=4,1",
     "mlp": "mlp:_MatMult_.gemm_map=1,4,1;_Add__map=1,4;_numpy_maximum__map=1,4;_MatMult__2.gemm_map=1,1,4",
+    # Megatron with row blocks out: partial sums reduce-scattered straight between the buffers
+    "mlp_rows_out": "mlp:_MatMult_.gemm_map=1,4,1;_Add__map=1,4;_numpy_maximum__map=1,4;_MatMult__2.gemm_map=1,1,4;"
+                    "_Add__map_2=4,1",
 }
 CASES[4] += list(MULTI.values())
 
@@ -184,6 +187,14 @@ def test_megatron_mlp_only_reduce_after_inputs(results):
     r = results[4][MULTI["mlp"]]
     inputs = {"x", "W1", "b1", "W2", "b2"}
     assert [c for c, a in _calls(r) if a not in inputs] == ["Reduce"]
+
+
+def test_megatron_mlp_with_row_blocks_out_reduce_scatters(results):
+    """The partial sums go to their row owners by one Reduce_scatter (sent from and received into
+    the kernels' buffers), then the rows are gathered."""
+    r = results[4][MULTI["mlp_rows_out"]]
+    inputs = {"x", "W1", "b1", "W2", "b2"}
+    assert [c for c, a in _calls(r) if a not in inputs] == ["Reduce_scatter", "Gatherv"]
 
 
 # -- issue 11: planned schedules run correctly and use every rank -----------------------------------

@@ -108,12 +108,14 @@ template <typename R> struct Ops<std::complex<R>> {
 
 /// A host array of T with the few std::vector operations used here; unlike std::vector<bool>
 /// it keeps bool elements addressable (data()), so boolean arrays are sent like any other.
+/// Its elements start uninitialised (staging buffers are always written whole before they are
+/// read; zero-filling megabytes per step cost as much as the copy): ``Array(n, v)`` fills.
 template <typename T> class Array {
     std::unique_ptr<T[]> p_;
     size_t n_ = 0;
 public:
     Array() = default;
-    explicit Array(size_t n) : p_(n ? new T[n]() : nullptr), n_(n) {}
+    explicit Array(size_t n) : p_(n ? new T[n] : nullptr), n_(n) {}
     Array(size_t n, T v) : Array(n) { std::fill(p_.get(), p_.get() + n, v); }
     T* data() { return p_.get(); }
     const T* data() const { return p_.get(); }
@@ -121,7 +123,7 @@ public:
     bool empty() const { return n_ == 0; }
     T& operator[](size_t i) { return p_[i]; }
     const T& operator[](size_t i) const { return p_[i]; }
-    /// n value-initialised elements (the old ones are dropped).
+    /// n uninitialised elements (the old ones are dropped).
     void reset(size_t n) { Array(n).swap(*this); }
     void assign(const T* first, const T* last) {
         reset(size_t(last - first));
@@ -899,8 +901,23 @@ void redist(const Redist& r, const T* src, T* dst, Context& ctx) {
     auto mem = group_members(r, r.color(me));
     const int64_t* S = r.sblock(me);
     const int64_t* D = r.dblock(me);
+    // Host buffers whose blocks are one run each go to MPI as they are, without staging copies.
+    constexpr bool host = std::is_base_of<HostMem, Mem>::value;
     if (mode == M_ALLREDUCE) {
-        typename Mem::template Buffer<T> buf(r.volume(S));
+        const int64_t n = r.volume(S);
+        const int64_t so = host ? dense_run(nd, r.sshape(), r.sorigin(me), S, S + nd) : -1;
+        const int64_t dof = host ? dense_run(nd, r.dshape(), r.dorigin(me), D, D + nd) : -1;
+        if (so >= 0 && dof >= 0 && r.volume(D) == n) {
+            if (src + so == dst + dof) {
+                check(MPI_Allreduce(MPI_IN_PLACE, dst + dof, int(n), ty, mpi_op(r.op()), gc), "Allreduce");
+                return;
+            }
+            if (!overlaps(src + so, n, static_cast<const T*>(dst + dof), n)) {
+                check(MPI_Allreduce(src + so, dst + dof, int(n), ty, mpi_op(r.op()), gc), "Allreduce");
+                return;
+            }
+        }
+        typename Mem::template Buffer<T> buf(n);
         Mem::pack(nd, src, r.sshape(), r.sorigin(me), S, S + nd, buf.data());
         check(MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(buf.size()), ty, mpi_op(r.op()), gc), "Allreduce");
         Mem::unpack(nd, dst, r.dshape(), r.dorigin(me), D, D + nd, buf.data());
@@ -908,6 +925,22 @@ void redist(const Redist& r, const T* src, T* dst, Context& ctx) {
         std::vector<int> counts(mem.size());
         int64_t total = 0;
         for (size_t i = 0; i < mem.size(); ++i) { counts[i] = int(r.volume(r.dblock(mem[i]))); total += counts[i]; }
+        // Send straight from src when the members' blocks are consecutive runs of it in member
+        // order; receive straight into dst when my block is one run of it.
+        int64_t first = -1;
+        bool direct = host && total > 0;
+        for (size_t i = 0, pos = 0; direct && i < mem.size(); pos += counts[i], ++i) {
+            if (counts[i] == 0) continue;
+            const int64_t* B = r.dblock(mem[i]);
+            const int64_t off = dense_run(nd, r.sshape(), r.sorigin(me), B, B + nd);
+            if (first < 0 && off >= 0) first = off - int64_t(pos);
+            direct = off >= 0 && first >= 0 && off == first + int64_t(pos);
+        }
+        const int64_t dof = host ? dense_run(nd, r.dshape(), r.dorigin(me), D, D + nd) : -1;
+        if (direct && dof >= 0 && !overlaps(src + first, total, static_cast<const T*>(dst + dof), r.volume(D))) {
+            check(MPI_Reduce_scatter(src + first, dst + dof, counts.data(), ty, mpi_op(r.op()), gc), "Reduce_scatter");
+            return;
+        }
         typename Mem::template Buffer<T> sbuf(total), rbuf(r.volume(D));
         int64_t pos = 0;
         for (size_t i = 0; i < mem.size(); ++i) {
@@ -922,7 +955,17 @@ void redist(const Redist& r, const T* src, T* dst, Context& ctx) {
         for (size_t i = 0; i < mem.size(); ++i)
             if (r.volume(r.dblock(mem[i])) > 0) root = int(i);
         const int64_t* RD = r.dblock(mem[root]);
-        typename Mem::template Buffer<T> sbuf(r.volume(RD)), rbuf(int64_t(mem[root]) == me ? r.volume(RD) : 0);
+        const int64_t n = r.volume(RD);
+        const bool at_root = int64_t(mem[root]) == me;
+        const int64_t so = host ? dense_run(nd, r.sshape(), r.sorigin(me), RD, RD + nd) : -1;
+        const int64_t dof = host && at_root ? dense_run(nd, r.dshape(), r.dorigin(me), D, D + nd) : -1;
+        if (so >= 0 && (!at_root || (dof >= 0 && r.volume(D) == n &&
+                                     !overlaps(src + so, n, static_cast<const T*>(dst + dof), n)))) {
+            check(MPI_Reduce(src + so, at_root ? static_cast<void*>(dst + dof) : nullptr, int(n), ty, mpi_op(r.op()),
+                             root, gc), "Reduce");
+            return;
+        }
+        typename Mem::template Buffer<T> sbuf(n), rbuf(at_root ? n : 0);
         Mem::pack(nd, src, r.sshape(), r.sorigin(me), RD, RD + nd, sbuf.data());
         check(MPI_Reduce(sbuf.data(), rbuf.data(), int(sbuf.size()), ty, mpi_op(r.op()), root, gc), "Reduce");
         if (int64_t(mem[root]) == me) Mem::unpack(nd, dst, r.dshape(), r.dorigin(me), D, D + nd, rbuf.data());

@@ -20,6 +20,7 @@ arguments). Programs with at most ``threshold()`` such symbols are compiled unwr
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import List, Optional
@@ -29,7 +30,7 @@ from dace import data as dt
 from dace import dtypes
 from dace.sdfg import SDFG
 
-__all__ = ["PACKED", "pack_symbols", "packed_names", "threshold", "symbols_to_pack"]
+__all__ = ["PACKED", "pack_symbols", "packed_names", "packing", "threshold", "symbols_to_pack"]
 
 #: The wrapper's argument that holds the packed per-rank symbols.
 PACKED = "__dsdfg_syms"
@@ -103,6 +104,14 @@ def pack_symbols(program: SDFG, keep=(), limit: Optional[int] = None) -> SDFG:
     for n in sorted(outs):
         body.add_edge(node, n, body.add_write(n), None, dace.Memlet.from_array(n, outer.arrays[n]))
     return outer
+
+
+def packing(sdfg: SDFG, keep=()):
+    """What ``dace_compat_build.generate_code`` wraps a lowered CPU program with (``pack_symbols``,
+    keeping the symbols ``keep`` as arguments); None for other programs (GPU: not wrapped)."""
+    if getattr(getattr(sdfg, "_distsdfg", None), "target", None) != "cpu":
+        return None
+    return functools.partial(pack_symbols, keep=tuple(keep))
 
 
 _ASSIGNED = re.compile(rf"^{re.escape(PACKED)}\[(\d+)\]$")

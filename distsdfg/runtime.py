@@ -14,7 +14,7 @@ from . import blas
 from . import dace_compat as dc
 from . import errors
 from . import toolchain
-from .dace_compat_pack import PACKED, pack_symbols, packed_names
+from .dace_compat_pack import PACKED, packed_names, packing
 from .encode import encode_plan
 from .errors import CommunicatorSizeError, DistributedLoweringError, InputError
 from .inspector import inspect_call
@@ -442,19 +442,10 @@ def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
         return _build(sdfg, verbose, rebuild, t0)
 
 
-def _packing(sdfg: SDFG):
-    """How the compiled program takes its per-rank symbols: packed in one array above a threshold
-    (``dace_compat_pack``; CPU programs), else one by one (``None``)."""
-    low = getattr(sdfg, "_distsdfg", None)
-    if low is None or low.target != "cpu":
-        return None
-    return functools.partial(pack_symbols, keep=(PLAN_LEN,))
-
-
 def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
     blas.check_program(sdfg)
     folder = sdfg.build_folder
-    wrap = _packing(sdfg)
+    wrap = packing(sdfg, keep=(PLAN_LEN,))      # per-rank symbols in one array, above a threshold
     program, objects = dc.generate_code(sdfg, wrap=wrap)           # generated once: for the key and the build
     key = build_key(sdfg, objects)
     rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")

@@ -57,20 +57,11 @@ def symbols_to_pack(sdfg: SDFG, free=None, keep=()) -> List[str]:
     return sorted(s for s in free if s.startswith("__dsdfg") and s not in persistent and s not in keep)
 
 
-def _accessed(sdfg: SDFG):
-    """(read, written): the non-transient arrays the top level's states read and write."""
-    read, written = set(), set()
-    for state in sdfg.states():
-        for n in state.data_nodes():
-            if sdfg.arrays[n.data].transient:
-                continue
-            if state.out_degree(n) > 0:
-                read.add(n.data)
-            if state.in_degree(n) > 0:
-                written.add(n.data)
-    for e in sdfg.all_interstate_edges():
-        read |= {s for s in e.data.free_symbols if s in sdfg.arrays}
-    return read, written
+def _written(sdfg: SDFG) -> set:
+    """The non-transient arrays some state of ``sdfg`` (in loops and branches too) writes; nested
+    SDFGs reach them through access nodes of these states."""
+    return {n.data for state in sdfg.all_states() for n in state.data_nodes()
+            if not sdfg.arrays[n.data].transient and state.in_degree(n) > 0}
 
 
 def pack_symbols(program: SDFG, keep=(), limit: Optional[int] = None) -> SDFG:
@@ -90,11 +81,10 @@ def pack_symbols(program: SDFG, keep=(), limit: Optional[int] = None) -> SDFG:
     for n, d in args.items():
         outer.add_datadesc(n, d.clone())
     outer.add_array(PACKED, [len(names)], dace.int64)
-    read, written = _accessed(program)
-    # Arrays the program writes only are outputs; every other argument is an input (unused ones too,
-    # so that every non-transient array of the nested SDFG is connected).
-    ins = {n for n in args if n in read or n not in written}
-    outs = {n for n in args if n in written}
+    # Every argument is an input (also those only written: a pointer is passed either way, and
+    # every non-transient array of the nested SDFG is connected); those written are outputs too.
+    ins = set(args)
+    outs = set(args) & _written(program)
     program.name = f"{program.name}_packed"
     unpack = outer.add_state("unpack_rank_symbols", is_start_block=True)
     body = outer.add_state_after(unpack, "program", assignments={s: f"{PACKED}[{k}]" for k, s in enumerate(names)})

@@ -102,10 +102,11 @@ def mkl_link_library() -> List[str]:
     return list(blas_library().IntelMKL.cmake_libraries())
 
 
-def generate_code(sdfg: SDFG, validate: bool = True, rename_if_loaded: bool = False):
+def generate_code(sdfg: SDFG, validate: bool = True, rename_if_loaded: bool = False, wrap=None):
     """(program, code objects): a copy of ``sdfg`` prepared as ``SDFG.compile`` prepares it (its build
     folder fixed, scope connectors filled; renamed ``name_0``, ... if ``rename_if_loaded`` and a library of
-    its name is loaded in this process) and the code DaCe generates for it."""
+    its name is loaded in this process) and the code DaCe generates for it. ``wrap``: a function that
+    takes the copy over and returns the SDFG to compile (``dace_compat_pack.pack_symbols``)."""
     import copy
     from dace.codegen import codegen
     program = copy.deepcopy(sdfg)
@@ -114,6 +115,8 @@ def generate_code(sdfg: SDFG, validate: bool = True, rename_if_loaded: bool = Fa
     while rename_if_loaded and program.is_loaded():
         program.name = f"{sdfg.name}_{index}"
         index += 1
+    if wrap is not None:
+        program = wrap(program)
     program.fill_scope_connectors()
     return program, codegen.generate_code(program, validate=validate)
 

@@ -14,6 +14,7 @@ from . import blas
 from . import dace_compat as dc
 from . import errors
 from . import toolchain
+from .dace_compat_pack import PACKED, packed_names, packing
 from .encode import encode_plan
 from .errors import CommunicatorSizeError, DistributedLoweringError, InputError
 from .inspector import inspect_call
@@ -79,6 +80,8 @@ class DistributedProgram:
             self._fcomm = int(MPI.COMM_SELF.py2f())
         self._plans: Dict[Tuple, Tuple[np.ndarray, List[ConcreteStep]]] = {}
         self._signatures: Dict[Tuple, Dict[str, Any]] = {}    # checked call signatures -> symbol values
+        # The per-rank symbols the compiled program takes packed in one array, in order (or None).
+        self._packed = packed_names(compiled.sdfg) if getattr(compiled, "sdfg", None) is not None else None
 
     # -- argument checking (rank 0) ---------------------------------------------------------------
     @functools.cached_property
@@ -328,6 +331,8 @@ class DistributedProgram:
         call[PLAN_ARRAY] = table
         call[PLAN_LEN] = int(table.shape[0])
         call[COMM_ARG] = self._fcomm
+        if self._packed is not None:      # the per-rank symbols in one array (dace_compat_pack)
+            call[PACKED] = np.fromiter((call[s] for s in self._packed), np.int64, len(self._packed))
         self._reinitialise_if_sizes_changed(call)
         blas.use_threads(self.threads_per_rank)
         dc.fresh_return_arrays(self._compiled)     # results are handed over, not copied
@@ -440,7 +445,8 @@ def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
 def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
     blas.check_program(sdfg)
     folder = sdfg.build_folder
-    program, objects = dc.generate_code(sdfg)           # generated once: for the key and the build
+    wrap = packing(sdfg, keep=(PLAN_LEN,))      # per-rank symbols in one array, above a threshold
+    program, objects = dc.generate_code(sdfg, wrap=wrap)           # generated once: for the key and the build
     key = build_key(sdfg, objects)
     rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")
     if not rebuild and _cached(folder, key, sdfg.name):
@@ -451,7 +457,7 @@ def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
     except OSError:
         pass
     if program.is_loaded():       # a library of this name is loaded here: build under another name
-        program, objects = dc.generate_code(sdfg, rename_if_loaded=True)
+        program, objects = dc.generate_code(sdfg, rename_if_loaded=True, wrap=wrap)
     _log(f"{sdfg.name}: generating and compiling C++ ...", verbose)
     how = toolchain.build_program(program, objects, folder)
     with open(os.path.join(folder, STAMP), "w") as f:

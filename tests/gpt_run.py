@@ -45,33 +45,78 @@ def last_loss(out, target):
     return out[1]
 
 
+def lowered_on_rank0(prog, shardings, placement, comm, split_update=False):
+    """(lowered SDFG, schedule): parsed, planned and lowered on rank 0 alone, the result sent to
+    the other ranks (JSON and the plan record), which wait without busy-polling: four
+    oversubscribed ranks each lowering a ~500-kernel step took most of a half-hour launch."""
+    import time
+
+    import distsdfg
+    from distsdfg import dace_compat as dc
+    from distsdfg.runtime import idle_bcast
+    sent = None
+    if comm.rank == 0:
+        t0 = time.perf_counter()
+        sdfg = prog.sdfg
+        shardings = {k: v for k, v in shardings.items() if k in sdfg.arrays}
+        if split_update:
+            shardings.update(update_split(prog, sdfg, comm.size))
+        sched = distsdfg.schedule_from_shardings(sdfg, shardings, nprocs=comm.size)
+        distsdfg.lower(sdfg, sched, placement=placement)
+        print(f"[gpt] lowered in {time.perf_counter() - t0:.1f}s", flush=True)
+        sent = (dc.to_json(sdfg), sdfg._distsdfg, sched)
+    text, low, sched = idle_bcast(comm, sent)
+    if comm.rank == 0:
+        return sdfg, sched
+    sdfg = dc.from_json(text)
+    sdfg._distsdfg = low
+    return sdfg, sched
+
+
+def update_split(prog, sdfg, ways: int) -> dict:
+    """Shardings that also split every AdamW update kernel by its first axis (ZeRO-1 style)."""
+    import distsdfg
+    labels = {m.label for m in distsdfg.maps(sdfg)}
+    out = {}
+    for a in prog.args:
+        if a.kind == "parameter" and f"adamw_{a.name}" in labels and a.shape[0] % ways == 0:
+            out[f"adamw_{a.name}"] = (ways,) + (1,) * (len(a.shape) - 1)
+    return out
+
+
 def run_case(case: str, comm) -> dict:
+    import time
+
     import distsdfg
     from distsdfg.testing.mpirun import counted_call
-    mode, shard = case.split(":")
+    mode, shard, *rest = case.split(":")
+    placement = rest[0] if rest else None
     if shard == "one" and comm.rank != 0:
         return {"case": case}
     model, idx, tgt = model_and_data(mode)
+    t0 = time.perf_counter()
     if mode == "forward":
         prog = distsdfg.from_torch(model, (idx,))
     else:
         prog = distsdfg.from_torch_train_step(model, last_loss, model.optimizer(), (idx, tgt), tgt)
-    sdfg = prog.sdfg
     sched = {}
-    if shard == "data":
+    if shard in ("data", "zero"):
         shardings = {"idx": (comm.size, 1), "targets": (comm.size, 1)}
-        sched = distsdfg.schedule_from_shardings(sdfg, {k: v for k, v in shardings.items() if k in sdfg.arrays},
-                                                 nprocs=comm.size)
-        distsdfg.lower(sdfg, sched)
+        sdfg, sched = lowered_on_rank0(prog, shardings, placement, comm, split_update=shard == "zero")
         report = distsdfg.comm_report(sdfg, nprocs=comm.size)
     else:
+        sdfg = prog.sdfg
         report = []
-    fn = distsdfg.compile(sdfg, comm=comm) if shard == "data" else sdfg.compile()
+    t1 = time.perf_counter()
+    fn = distsdfg.compile(sdfg, comm=comm) if shard != "one" else sdfg.compile()
     result = {"case": case, "schedule": {k: list(v) for k, v in sched.items()}, "bytes": [],
-              "collectives": sorted({s.collective for s in report})}
+              "collectives": sorted({s.collective for s in report}),
+              "report_bytes": int(sum(sum(s.sent) * s.repeats for s in report)),
+              "seconds": {"trace_lower": t1 - t0, "compile": time.perf_counter() - t1}}
+    result["packed"] = len(getattr(fn, "_packed", None) or ())
 
     def call(args):
-        if shard != "data":
+        if shard == "one":
             return fn(**args)
         out, measured = counted_call(comm, lambda: fn(**args), report)
         result["bytes"].append(measured)
@@ -82,6 +127,8 @@ def run_case(case: str, comm) -> dict:
             result["rel_err"] = _rel(out, model(idx).detach().numpy())
         return result
     args = prog.arguments(idx, tgt, tgt)
+    if placement == "distributed":
+        return train_distributed(prog, fn, args, call, result, model, idx, tgt, comm)
     ref = copy.deepcopy(model)
     opt = ref.optimizer()
     losses, ref_losses = [], []
@@ -100,6 +147,52 @@ def run_case(case: str, comm) -> dict:
         result["missing"] = sorted(set(dict(ref.named_parameters())) - set(got))
         result["loss_err"] = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
         result["rel_err"] = max(_rel(got[k].numpy(), v.detach().numpy()) for k, v in want.items())
+        result["losses"] = losses
+    return result
+
+
+def train_distributed(prog, fn, args, call, result, model, idx, tgt, comm) -> dict:
+    """Three AdamW steps in distributed placement: every rank passes its own blocks of the weights
+    and both Adam moments and keeps them between calls; rank 0 assembles them after the last."""
+    import time
+    rank = comm.rank
+    lay = {a: fn.layout(a) for a, v in args.items() if isinstance(v, np.ndarray)}
+    placed = {a for a in lay if lay[a].placement == "distributed"}
+    mine = {a: (lay[a].block(v, rank) if a in placed else v) for a, v in args.items()}
+    result["placed"] = sorted(placed)
+    ref = copy.deepcopy(model)
+    opt = ref.optimizer()
+    losses, ref_losses, times = [], [], []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        loss = call(mine)
+        times.append(time.perf_counter() - t0)
+        opt.zero_grad()
+        rl = ref(idx, tgt)[1]
+        rl.backward()
+        opt.step()
+        if rank == 0:
+            losses.append(float(np.asarray(loss).reshape(-1)[0]))
+            ref_losses.append(float(rl.item()))
+    result["seconds"]["calls"] = times
+    got = {}
+    for a in args:
+        if a in placed:
+            blocks = comm.gather(mine[a])
+            if rank == 0:
+                got[a] = lay[a].assemble(blocks)
+        else:
+            got[a] = mine[a]
+    if rank == 0:
+        sd = prog.state_dict(got)
+        want = {k: v for k, v in ref.state_dict().items() if k in sd}
+        result["missing"] = sorted(set(dict(ref.named_parameters())) - set(sd))
+        result["loss_err"] = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
+        result["rel_err"] = max(_rel(sd[k].numpy(), v.detach().numpy()) for k, v in want.items())
+        ostate = prog.optimizer_state(got)
+        params = dict(ref.named_parameters())
+        result["state_err"] = max(_rel(ostate[k][s].numpy(), opt.state[params[k]][s].numpy())
+                                  for k in ostate if k in params for s in ("exp_avg", "exp_avg_sq"))
         result["losses"] = losses
     return result
 

@@ -70,6 +70,25 @@ def test_matmul_2_2_1_keeps_every_block_in_place():
     assert distsdfg.schedule_cost(_sdfg("matmul"), {"_MatMult_.gemm_map": (2, 2, 1)}, inputs="distributed", **MM) == 0
 
 
+def test_per_rank_symbols_pack_into_one_array_argument():
+    # A program whose per-rank symbols exceed the threshold is compiled as a wrapper that takes them
+    # in one int64 array (ctypes refuses calls of over 1,024 arguments): checked symbolically here,
+    # compiled and run under mpiexec below (the ":packed" cases).
+    import copy
+    from distsdfg.dace_compat_pack import PACKED, pack_symbols, packed_names, symbols_to_pack
+    from distsdfg.lowering import PLAN_LEN
+    sdfg = _lowered("mlp", {"gemm_map": (4, 1, 1), "*": (4, 1)})
+    per_rank = symbols_to_pack(sdfg, keep=(PLAN_LEN,))
+    assert per_rank and all(s.startswith("__dsdfg") for s in per_rank) and PLAN_LEN not in per_rank
+    assert pack_symbols(copy.deepcopy(sdfg), keep=(PLAN_LEN,), limit=len(per_rank)).arrays.keys() == sdfg.arrays.keys()
+    wrapper = pack_symbols(copy.deepcopy(sdfg), keep=(PLAN_LEN,), limit=0)
+    wrapper.validate()
+    args = wrapper.arglist()
+    assert wrapper.name == sdfg.name and PACKED in args and not set(per_rank) & set(args)
+    assert set(args) == (set(sdfg.arglist()) - set(per_rank)) | {PACKED}
+    assert packed_names(wrapper) == per_rank and packed_names(sdfg) is None
+
+
 def test_matmul_1_1_4_only_combines_partial_sums():
     sdfg = _lowered("matmul", {"gemm_map": (1, 1, 4)})
     steps = distsdfg.comm_report(sdfg, nprocs=4, **MM)
@@ -170,7 +189,7 @@ def results(tmp_path_factory):
 
 
 CASES = ["matmul:2,2,1", "matmul:1,1,4", "matmul:2,2,1:C at root", "mlp:data-parallel", "mlp:megatron",
-         "mlp_sgd:auto x5", "jacobi2d:2,2 x2", "flagged:4"]
+         "mlp_sgd:auto x5", "jacobi2d:2,2 x2", "flagged:4", "jacobi2d:2,2 x2:packed", "mlp_sgd:auto x5:packed"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -204,6 +223,16 @@ def test_stencil_state_stays_on_its_owners_between_calls(results):
     assert r["report"] and all(s["collective"] == "Isend/Irecv" and max(s["received"]) == 512 for s in r["report"])
     # A branch reading a distributed array: every rank gets its value from the owners, not via rank 0.
     assert [s["collective"] for s in results["flagged:4"]["report"]] == ["Allgatherv"]
+
+
+def test_per_rank_symbols_packed_in_one_array(results):
+    # Forced (threshold 0): the homes' block symbols and rank coordinates reach the program in one
+    # int64 array, assigned on the wrapper's first edge; results and bytes as unpacked (asserted above).
+    for case in ("jacobi2d:2,2 x2", "mlp_sgd:auto x5"):
+        assert results[case]["packed"] == 0
+        packed = results[f"{case}:packed"]
+        assert packed["packed"] > 10, packed["packed"]
+        assert packed["report"] == results[case]["report"]
 
 
 def test_a_wrong_block_fails_on_every_rank_alike(results):

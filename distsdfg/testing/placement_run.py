@@ -12,6 +12,7 @@ rank's largest Python allocation (tracemalloc) and resident-memory growth. ``DIR
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -34,6 +35,9 @@ CASES = {
     "mlp_sgd:auto x5": ("mlp_sgd", "auto", "distributed", 5),
     "jacobi2d:2,2 x2": ("jacobi2d", {"*": (2, 2)}, "distributed", 2),
     "flagged:4": ("flagged", {"*": (4,)}, "distributed", 1),
+    # The per-rank symbols passed packed in one array (distsdfg.dace_compat_pack), forced by a threshold of 0.
+    "jacobi2d:2,2 x2:packed": ("jacobi2d", {"*": (2, 2)}, "distributed", 2),
+    "mlp_sgd:auto x5:packed": ("mlp_sgd", "auto", "distributed", 5),
     "npy": ("affine", {"*": (4, 1)}, "distributed", 1),
 }
 NPY_N = 4096
@@ -65,6 +69,22 @@ def _report(sdfg, sizes, P):
              "repeats": s.repeats} for s in distsdfg.comm_report(sdfg, nprocs=P, **sizes)]
 
 
+@contextlib.contextmanager
+def _pack_above(limit):
+    """Compile with ``$DISTSDFG_PACK_SYMBOLS_ABOVE`` = ``limit`` (None: as it is)."""
+    old = os.environ.get("DISTSDFG_PACK_SYMBOLS_ABOVE")
+    if limit is not None:
+        os.environ["DISTSDFG_PACK_SYMBOLS_ABOVE"] = str(limit)
+    try:
+        yield
+    finally:
+        if limit is not None:
+            if old is None:
+                os.environ.pop("DISTSDFG_PACK_SYMBOLS_ABOVE")
+            else:
+                os.environ["DISTSDFG_PACK_SYMBOLS_ABOVE"] = old
+
+
 def _rel(a, b) -> float:
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.size == 0:
@@ -83,7 +103,8 @@ def run_case(case: str, comm, tag: int) -> dict:
     inputs = p.inputs(np.random.default_rng(1234))
     sizes = dict(p.symbols)
     sdfg = _lower(name, sched, placement, sizes, P, tag)
-    prog = distsdfg.compile(sdfg, comm=comm)
+    with _pack_above(0 if case.endswith(":packed") else None):
+        prog = distsdfg.compile(sdfg, comm=comm)
     low = prog.lowered
     sizes = global_sizes(prog, inputs, sizes)
     lay = {a: prog.layout(a, **sizes) for a in inputs if isinstance(inputs[a], np.ndarray)}
@@ -101,7 +122,7 @@ def run_case(case: str, comm, tag: int) -> dict:
         if p.outputs:
             state.update(ref)
     rec = {"case": case, "boundary": sorted(low.boundary), "report": _report(prog.sdfg, {**sizes, **bounds}, P),
-           "schedule": str(low.schedule), "bytes": measured}
+           "schedule": str(low.schedule), "bytes": measured, "packed": len(prog._packed or ())}
     errs = {}
     if p.outputs:
         for a in p.outputs:

@@ -129,6 +129,19 @@ def test_openblas_shim_maps_plain_names_to_the_prefixed_ones(tmp_path):
     assert all(hasattr(lib, defined[n]) for n in used)      # (a few bf16 ones are declared but not built)
 
 
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_lowered_products_call_cblas(backend):
+    """A lowered MatMul (and the MLP's two) generate calls to cblas_dgemm of the backend's header, not loop nests."""
+    sdfg = mlp.to_sdfg()
+    distsdfg.lower(sdfg, "auto", nprocs=2, plan_options={"M": 8, "N": 6, "K": 4})
+    code = _generated_code(sdfg)
+    header = "mkl.h" if backend.implementation == "MKL" else "cblas.h"
+    assert code.count("cblas_dgemm(") >= 2 and f'#include "{header}"' in code
+    sdfg = matmul.to_sdfg()
+    distsdfg.lower(sdfg, {"_MatMult_.gemm_map": (2, 1, 1)})
+    assert "cblas_dgemm(" in _generated_code(sdfg)
+
+
 def test_einsum_and_vector_products_expand_to_blas(monkeypatch):
     """einsum contracts through MatMul, matrix-vector through Gemv, dot through Dot: all take the BLAS default."""
     @dace.program

@@ -3,7 +3,7 @@
 GEMM is as fast as NumPy's, MKL's 1.05x-1.2x slower), else Intel MKL from PyPI.
 ``DISTSDFG_BLAS=mkl`` or ``openblas`` chooses one (``BACKEND_ENV``).
 
-``pip install -e .`` brings the ``mkl`` wheel (``libmkl_rt.so.N`` in ``<prefix>/lib``) and
+MKL: ``pip install -e .`` brings the ``mkl`` wheel (``libmkl_rt.so.N`` in ``<prefix>/lib``) and
 ``mkl-include`` (``mkl.h`` in ``<prefix>/include``). DaCe's MKL environment wants
 ``$MKLROOT/include/mkl.h`` and ``$MKLROOT/lib/libmkl_rt.so``, so ``configure()`` lays out an
 MKLROOT of symbolic links to the wheels' files in the cache folder (one per environment),
@@ -12,14 +12,15 @@ BatchedMatMul, and MatMul and einsum, which expand into those) and of its LAPACK
 nodes (``np.linalg``; DaCe's default there is OpenBLAS). The built program's RPATH
 names that folder, so every rank that loads it finds libmkl_rt without LD_LIBRARY_PATH.
 
-Threads: one per rank by default (MKL's sequential layer, ``OMP_NUM_THREADS=1``), so that P
-ranks on P cores do not oversubscribe them. ``threads_per_rank=k`` (``distsdfg.compile``,
-``distsdfg run --threads-per-rank k``, or ``DISTSDFG_THREADS_PER_RANK=k``) gives each rank k
-OpenMP threads for its maps and, through MKL's GNU OpenMP layer, k threads for its BLAS calls.
-MKL fixes its threading layer when it is first loaded in a process: ask for k > 1 before the
-first program is loaded (the command line and the environment variable always do).
+Threads: one per rank by default (``OPENBLAS_NUM_THREADS=1`` or MKL's sequential layer,
+``OMP_NUM_THREADS=1``), so that P ranks on P cores do not oversubscribe them. ``threads_per_rank=k``
+(``distsdfg.compile``, ``distsdfg run --threads-per-rank k``, or ``DISTSDFG_THREADS_PER_RANK=k``)
+gives each rank k OpenMP threads for its maps and k threads for its BLAS calls (OpenBLAS's own
+threads; MKL's GNU OpenMP layer). MKL fixes its threading layer when it is first loaded in a
+process: ask for k > 1 before the first program is loaded (the command line and the environment
+variable always do).
 
-Without MKL (another platform, a trimmed install) DaCe's reference loop nests remain: correct but
+Without either (another platform, a trimmed install) DaCe's reference loop nests remain: correct but
 some 100x slower; building a program with a matrix product then warns (``NoBlasWarning``).
 """
 from __future__ import annotations

@@ -68,19 +68,24 @@ def shim_text(header: Path) -> str:
     return "\n".join(lines)
 
 
+#: changes when ``shim_text`` writes something else (part of the shim folder's name)
+SHIM_FORMAT = "1"
+
+
 def shim_folder(include: Path, cache: Path) -> Path:
-    """The folder of ``cblas.h`` and ``lapacke.h`` shims for the wheel's headers in ``include``
-    (one per wheel location; written atomically, since ranks may write it at the same time)."""
-    texts = {h: shim_text(include / h) for h in HEADERS}
-    tag = hashlib.sha1((str(include) + "".join(texts.values())).encode()).hexdigest()[:10]
-    folder = cache / f"openblas-{tag}" / "include"
+    """The folder of ``cblas.h`` and ``lapacke.h`` shims for the wheel's headers in ``include``: one
+    per wheel location and header version, written once (atomically: ranks may write it at the same
+    time) and reused by later imports without reading the headers again."""
+    stamp = "|".join([SHIM_FORMAT, str(include)] + [f"{(include / h).stat().st_size}:{(include / h).stat().st_mtime_ns}"
+                                                     for h in HEADERS])
+    folder = cache / f"openblas-{hashlib.sha1(stamp.encode()).hexdigest()[:10]}" / "include"
+    if all((folder / h).is_file() for h in HEADERS):
+        return folder
     folder.mkdir(parents=True, exist_ok=True)
-    for name, text in texts.items():
+    for name in HEADERS:
         path = folder / name
-        if path.exists() and path.read_text() == text:
-            continue
         tmp = path.with_name(f".{name}.{os.getpid()}")
-        tmp.write_text(text)
+        tmp.write_text(shim_text(include / name))
         os.replace(tmp, path)
     return folder
 

@@ -1,4 +1,5 @@
-"""BLAS by default: planned distsdfg programs (MKL, root placement) against NumPy and hand-written mpi4py.
+"""BLAS by default: planned distsdfg programs (the library's BLAS, OpenBLAS or MKL; root placement) against
+NumPy and hand-written mpi4py.
 
     mpiexec -n P python -m mpi4py -m benchmarks.blas_default [--repeats 7] [--out FILE.json]
 

@@ -19,4 +19,4 @@ __all__ = ["Schedule", "MapInfo", "CommStep", "CommPlan", "maps", "lower", "comp
            "schedule_from_shardings", "TorchProgram", "from_torch", "from_torch_train_step", "NoBlasWarning"]
 __version__ = "0.1.0"
 
-_blas.configure()     # DaCe's BLAS nodes use MKL in every process that imports distsdfg
+_blas.configure()     # DaCe's BLAS nodes use OpenBLAS or MKL in every process that imports distsdfg

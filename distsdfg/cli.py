@@ -242,7 +242,7 @@ def _schedule_args(p):
 
 def _threads_arg(p):
     p.add_argument("--threads-per-rank", type=int, default=None, metavar="K",
-                   help="OpenMP and MKL threads inside each rank (default 1: one thread per rank)")
+                   help="OpenMP and BLAS threads inside each rank (default 1: one thread per rank)")
 
 
 def main(argv=None):

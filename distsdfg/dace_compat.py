@@ -23,7 +23,7 @@ from .dace_compat_build import (BUILD_TYPE, SEQ_REDUCE, ExpandReduceSequentialBy
                                 blas_nodes, cxx_compiler, ensure_mpi_on_path, fresh_return_arrays, from_json,
                                 generate_code, load_compiled, mkl_link_library, mpi_bin_dir, order_return_arrays,
                                 reinitialise, release_build, rename_data, sequential_reduce, to_json,
-                                use_blas_implementation)
+                                use_blas_implementation, use_openblas_environment, openblas_environment)
 
 __all__ = [
     "simplify", "repair_init_accumulate_races", "propagate", "reduction_op", "force_pure_expansion",
@@ -36,7 +36,8 @@ __all__ += ["BUILD_TYPE", "SEQ_REDUCE", "ExpandReduceSequentialByValue", "allow_
             "blas_chosen_by_user", "blas_implementation", "blas_library", "blas_nodes", "cxx_compiler",
             "ensure_mpi_on_path", "fresh_return_arrays", "from_json", "generate_code", "load_compiled",
             "mkl_link_library", "mpi_bin_dir", "order_return_arrays", "reinitialise", "release_build", "rename_data",
-            "sequential_reduce", "to_json", "use_blas_implementation"]
+            "sequential_reduce", "to_json", "use_blas_implementation",
+            "use_openblas_environment", "openblas_environment"]
 
 int_ceil = symbolic.int_ceil
 Min = sympy.Min

@@ -59,22 +59,39 @@ def blas_chosen_by_user() -> bool:
 
 
 def use_blas_implementation(name: str) -> None:
-    """Make ``name`` (e.g. "MKL") the default expansion of the BLAS library nodes. Nodes that have no
-    such implementation (Ger, Axpy: never made by the NumPy frontend) keep their reference one."""
+    """Make ``name`` ("MKL" or "OpenBLAS") the default expansion of the BLAS library nodes and of the
+    LAPACK and linalg nodes (``np.linalg``: cholesky, solve, inv), so that one program includes one
+    vendor's headers (``mkl.h`` and OpenBLAS's ``cblas.h`` declare the same CBLAS enums). Nodes that
+    have no such implementation (Ger, Axpy: never made by the NumPy frontend) keep their reference one."""
     blas = blas_library()
     blas.default_implementation = name
     for cls in (blas.Gemm, blas.Gemv, blas.Dot, blas.BatchedMatMul, blas.Ger, blas.Axpy):
         if name not in cls.implementations and cls.default_implementation is None:
             cls.default_implementation = "pure"
-    # np.linalg (cholesky, solve, inv) expands to DaCe's LAPACK nodes, whose default is OpenBLAS:
-    # with MKL they build where only the mkl wheel is installed (NPBench's cholesky2, contour_integral)
-    from dace.config import Config
     import dace.libraries.lapack as lapack
     import dace.libraries.linalg as linalg
-    for lib, key in ((lapack, "lapack"), (linalg, "linalg")):
-        if name == "MKL" and lib.default_implementation is None \
-                and Config.get("library", key, "default_implementation") == "OpenBLAS":
+    for lib in (lapack, linalg):
+        if lib.default_implementation in (None, "MKL", "OpenBLAS"):
             lib.default_implementation = name
+
+
+def use_openblas_environment(include: str, library: str) -> None:
+    """Point DaCe's OpenBLAS environment (which otherwise asks CMake's FindBLAS/FindLAPACK for a
+    system OpenBLAS) at the folder of its headers and at the library file, linked by full path."""
+    from dace.libraries.blas.environments.openblas import OpenBLAS
+    OpenBLAS.cmake_packages = []
+    OpenBLAS.cmake_variables = {}
+    OpenBLAS.cmake_link_flags = []
+    OpenBLAS.cmake_includes = [str(include)]
+    OpenBLAS.cmake_libraries = staticmethod(lambda: [str(library)])
+    OpenBLAS.is_installed = staticmethod(lambda: True)
+
+
+def openblas_environment() -> tuple:
+    """(include folders, libraries) of DaCe's OpenBLAS environment now."""
+    from dace.libraries.blas.environments.openblas import OpenBLAS
+    inc = OpenBLAS.cmake_includes
+    return list(inc() if callable(inc) else inc), list(OpenBLAS.cmake_libraries())
 
 
 def blas_nodes(sdfg: SDFG) -> List[nodes.LibraryNode]:

@@ -64,11 +64,13 @@ def rows() -> List[Tuple[str, str]]:
         out += [("BLAS", " ".join(filter(None, [b.name, b.version]))),
                 ("BLAS library", b.library + (f" -> {b.source}" if b.source else "")),
                 ("BLAS header", b.include or "?"),
-                ("DaCe BLAS expansion", b.implementation)]
+                ("DaCe BLAS expansion", b.implementation),
+                ("BLAS chosen by", f"{b.chosen_by or 'default'} ({blas.BACKEND_ENV}=openblas|mkl overrides)")]
     else:
         out += [("BLAS", f"NONE: matrix products run DaCe's reference loops ({b.missing}); fix: {blas.FIX}")]
-    out += [("threads per rank", f"{blas.threads_per_rank()} (MKL threading layer "
-                                 f"{os.environ.get('MKL_THREADING_LAYER', 'default')})")]
+    layer = (f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}" if b.implementation == "OpenBLAS"
+             else f"MKL threading layer {os.environ.get('MKL_THREADING_LAYER', 'default')}")
+    out += [("threads per rank", f"{blas.threads_per_rank()} ({layer})")]
     cxx = dc.cxx_compiler()
     out += [("C++ compiler", f"{cxx}: {_first_line([cxx, '--version']) or 'not found'}")]
     cmake = shutil.which("cmake")

@@ -478,7 +478,7 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
     lowered_of(sdfg)
     threads = blas.threads_per_rank(threads_per_rank)
     blas.configure()
-    blas.use_threads(threads)      # before MKL is loaded: it picks its threading layer then
+    blas.use_threads(threads)      # before the BLAS is loaded: OpenBLAS's threads, MKL's layer are fixed then
     dc.ensure_mpi_on_path()
     if verbose is None:
         verbose = os.environ.get("DISTSDFG_VERBOSE", "0") not in ("", "0")

@@ -1,4 +1,5 @@
-"""The BLAS set-up (distsdfg/blas.py): MKL selected on import, matrix products call it, a warning without it."""
+"""The BLAS set-up (distsdfg/blas.py, blas_openblas.py): OpenBLAS (scipy-openblas32) or MKL selected on import,
+DISTSDFG_BLAS choosing, matrix products calling it, a warning without any."""
 import copy
 import os
 import subprocess
@@ -15,7 +16,18 @@ from distsdfg import blas
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 M, N, K = (dace.symbol(s) for s in "MNK")
 
-needs_mkl = pytest.mark.skipif(not blas.info().optimized, reason="no MKL here: " + blas.info().missing)
+needs_mkl = pytest.mark.skipif(blas.find_mkl()[0] is None, reason="no MKL here: " + blas.find_mkl()[1])
+needs_openblas = pytest.mark.skipif(blas.blas_openblas.find()[0] is None, reason=blas.blas_openblas.find()[1])
+BACKENDS = [pytest.param("openblas", marks=needs_openblas), pytest.param("mkl", marks=needs_mkl)]
+
+
+@pytest.fixture
+def backend(request, monkeypatch):
+    """Set up the backend ``request.param`` for this test; the import-time choice is restored afterwards."""
+    monkeypatch.delenv(blas.BACKEND_ENV, raising=False)
+    before = blas.info()
+    yield blas.configure(request.param, force=True)
+    blas.configure({"OpenBLAS": "openblas", "MKL": "mkl"}.get(before.implementation), force=True)
 
 
 @dace.program
@@ -33,33 +45,99 @@ def _generated_code(sdfg) -> str:
     return "".join(obj.clean_code for obj in codegen.generate_code(copy.deepcopy(sdfg)))
 
 
-@needs_mkl
-def test_import_selects_mkl_for_every_blas_node():
-    import dace.libraries.blas as dblas
+def test_import_selects_openblas_where_installed_else_mkl():
     info = blas.info()
-    assert info.name == "Intel MKL" and info.implementation == "MKL"
-    assert dblas.default_implementation == "MKL"
-    for cls in (dblas.Gemm, dblas.Gemv, dblas.Dot, dblas.BatchedMatMul):     # what MatMul and einsum become
-        assert "MKL" in cls.implementations
-    root = os.environ["MKLROOT"]
-    assert os.path.exists(os.path.join(root, "include", "mkl.h"))
-    assert os.path.realpath(os.path.join(root, "lib", "libmkl_rt.so")) == os.path.realpath(info.source)
-    assert dblas.IntelMKL.cmake_libraries() == [os.path.join(root, "lib", "libmkl_rt.so")]
-    # np.linalg's LAPACK nodes too (their default, OpenBLAS, is often not installed: NPBench's cholesky2)
+    if os.environ.get(blas.BACKEND_ENV):
+        pytest.skip(f"{blas.BACKEND_ENV} is set")
+    if blas.blas_openblas.find()[0] is not None:
+        assert info.name == "OpenBLAS" and info.implementation == "OpenBLAS" and info.chosen_by == "default"
+    elif blas.find_mkl()[0] is not None:
+        assert info.implementation == "MKL"
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_backend_is_the_expansion_of_every_blas_and_lapack_node(backend):
+    import dace.libraries.blas as dblas
     import dace.libraries.lapack as lapack
     import dace.libraries.linalg as linalg
-    assert lapack.default_implementation == "MKL" and linalg.default_implementation == "MKL"
-    assert all("MKL" in cls.implementations for cls in (lapack.Potrf, lapack.Getrf, lapack.Getrs, linalg.Cholesky,
-                                                        linalg.Solve, linalg.Inv))
+    impl = backend.implementation
+    assert impl in ("OpenBLAS", "MKL") and dblas.default_implementation == impl
+    for cls in (dblas.Gemm, dblas.Gemv, dblas.Dot, dblas.BatchedMatMul):     # what MatMul and einsum become
+        assert impl in cls.implementations
+    # np.linalg's LAPACK nodes too: one vendor's headers per program (mkl.h and cblas.h clash)
+    assert lapack.default_implementation == impl and linalg.default_implementation == impl
+    assert all(impl in cls.implementations for cls in (lapack.Potrf, lapack.Getrf, lapack.Getrs, linalg.Cholesky,
+                                                       linalg.Solve, linalg.Inv))
+    if impl == "MKL":
+        root = os.environ["MKLROOT"]
+        assert os.path.exists(os.path.join(root, "include", "mkl.h"))
+        assert os.path.realpath(os.path.join(root, "lib", "libmkl_rt.so")) == os.path.realpath(backend.source)
+        assert dblas.IntelMKL.cmake_libraries() == [os.path.join(root, "lib", "libmkl_rt.so")]
+    else:
+        from distsdfg import dace_compat as dc
+        assert dc.openblas_environment() == ([backend.include], [backend.library])
 
 
-@needs_mkl
-def test_lowered_products_call_cblas():
-    """A lowered MatMul (and the MLP's two) generate calls to MKL's cblas_dgemm, not loop nests."""
+def test_blas_override_by_environment(monkeypatch):
+    monkeypatch.setenv(blas.BACKEND_ENV, "Fortran")
+    with pytest.raises(distsdfg.DistributedLoweringError, match="DISTSDFG_BLAS='fortran'.*openblas, mkl"):
+        blas.backend_choice()
+    before = blas.info()
+    try:
+        for name, impl, found in (("mkl", "MKL", blas.find_mkl()[0]),
+                                  ("openblas", "OpenBLAS", blas.blas_openblas.find()[0])):
+            if found is None:
+                continue
+            monkeypatch.setenv(blas.BACKEND_ENV, name)
+            info = blas.configure(force=True)
+            assert info.implementation == impl and info.chosen_by == f"DISTSDFG_BLAS={name}"
+            assert info is blas.info()
+        from distsdfg import info as report         # what `distsdfg info` prints
+        assert ("BLAS chosen by", f"{blas.info().chosen_by} (DISTSDFG_BLAS=openblas|mkl overrides)") in report.rows()
+        # the one asked for missing: the other, with a warning saying why
+        monkeypatch.setenv(blas.BACKEND_ENV, "openblas")
+        monkeypatch.setattr(blas.blas_openblas, "find", lambda: (None, "scipy-openblas32 is not installed"))
+        if blas.find_mkl()[0] is not None:
+            with pytest.warns(RuntimeWarning, match="openblas asked for but not usable.*not installed.*Intel MKL"):
+                assert blas.configure(force=True).implementation == "MKL"
+    finally:
+        monkeypatch.undo()
+        blas.configure({"OpenBLAS": "openblas", "MKL": "mkl"}.get(before.implementation), force=True)
+
+
+def test_openblas_shim_maps_plain_names_to_the_prefixed_ones(tmp_path):
+    """The shims define every plain CBLAS/LAPACKE name the wheel declares as its scipy_ name, and the
+    library exports those DaCe's OpenBLAS expansions call."""
+    (tmp_path / "cblas.h").write_text("void scipy_cblas_dgemm(int m);\nint scipy_openblas_get_num_threads(void);\n")
+    (tmp_path / "lapacke.h").write_text("int scipy_LAPACKE_dpotrf (int layout, char uplo);\n")
+    folder = blas.blas_openblas.shim_folder(tmp_path, tmp_path / "cache")
+    cblas = (folder / "cblas.h").read_text()
+    assert f'#include "{tmp_path / "cblas.h"}"' in cblas and "#define cblas_dgemm scipy_cblas_dgemm" in cblas
+    assert "#define openblas_get_num_threads scipy_openblas_get_num_threads" in cblas
+    assert "#define LAPACKE_dpotrf scipy_LAPACKE_dpotrf" in (folder / "lapacke.h").read_text()
+    found, _ = blas.blas_openblas.find()
+    if found is None:
+        return
+    import ctypes
+    import re
+    lib = ctypes.CDLL(str(found[1]))
+    folder = blas.blas_openblas.shim_folder(found[0], tmp_path / "cache")
+    defined = dict(re.findall(r"#define (\w+) (scipy_\w+)", (folder / "cblas.h").read_text()
+                              + (folder / "lapacke.h").read_text()))
+    used = ["cblas_dgemm", "cblas_sgemm", "cblas_zgemm", "cblas_dgemv", "cblas_sgemv", "cblas_ddot", "cblas_sdot",
+            "LAPACKE_dpotrf", "LAPACKE_dgetrf", "LAPACKE_dgetrs", "LAPACKE_dgetri", "openblas_set_num_threads"]
+    assert set(used) <= set(defined)
+    assert all(hasattr(lib, defined[n]) for n in used)      # (a few bf16 ones are declared but not built)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_lowered_products_call_cblas(backend):
+    """A lowered MatMul (and the MLP's two) generate calls to cblas_dgemm of the backend's header, not loop nests."""
     sdfg = mlp.to_sdfg()
     distsdfg.lower(sdfg, "auto", nprocs=2, plan_options={"M": 8, "N": 6, "K": 4})
     code = _generated_code(sdfg)
-    assert code.count("cblas_dgemm(") >= 2 and '#include "mkl.h"' in code
+    header = "mkl.h" if backend.implementation == "MKL" else "cblas.h"
+    assert code.count("cblas_dgemm(") >= 2 and f'#include "{header}"' in code
     sdfg = matmul.to_sdfg()
     distsdfg.lower(sdfg, {"_MatMult_.gemm_map": (2, 1, 1)})
     assert "cblas_dgemm(" in _generated_code(sdfg)
@@ -121,22 +199,59 @@ def test_threads_per_rank_settings():
     assert env["MKL_THREADING_LAYER"] == "GNU" and blas.thread_env(1)["MKL_THREADING_LAYER"] == "SEQUENTIAL"
 
 
-@needs_mkl
+@pytest.mark.parametrize("name", ["openblas", "mkl"])
 @pytest.mark.parametrize("k", [1, 2])
-def test_threads_reach_mkl_and_openmp(k):
-    """In a fresh process, DISTSDFG_THREADS_PER_RANK=k gives MKL k threads (its sequential or GNU OpenMP
-    layer, loaded the way a built program loads it) and OpenMP k threads."""
+def test_threads_reach_the_blas_and_openmp(name, k):
+    """In a fresh process, DISTSDFG_THREADS_PER_RANK=k gives the BLAS k threads (OpenBLAS: read at its
+    load; MKL: its sequential or GNU OpenMP layer), loaded the way a built program loads it, and OpenMP k."""
+    if (blas.blas_openblas.find() if name == "openblas" else blas.find_mkl())[0] is None:
+        pytest.skip(f"no {name} here")
+    if name == "openblas" and (os.cpu_count() or 1) < k:
+        pytest.skip("OpenBLAS caps its threads at the number of cores")
     code = ("import ctypes, os, distsdfg\nfrom distsdfg import blas\nblas.use_threads(blas.threads_per_rank())\n"
-            "mkl = ctypes.CDLL(blas.info().library)\ngomp = ctypes.CDLL('libgomp.so.1')\n"
-            "print(os.environ['MKL_THREADING_LAYER'], mkl.MKL_Get_Max_Threads(), gomp.omp_get_max_threads())\n")
+            "lib = ctypes.CDLL(blas.info().library)\ngomp = ctypes.CDLL('libgomp.so.1')\n"
+            "n = lib.MKL_Get_Max_Threads() if blas.info().implementation == 'MKL' else "
+            "lib.scipy_openblas_get_num_threads()\n"
+            "print(blas.info().implementation, os.environ['MKL_THREADING_LAYER'] if blas.info().implementation == 'MKL' "
+            "else '-', n, gomp.omp_get_max_threads())\n")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               DISTSDFG_THREADS_PER_RANK=str(k))
-    env.pop("MKL_THREADING_LAYER", None)
+               DISTSDFG_THREADS_PER_RANK=str(k), DISTSDFG_BLAS=name)
+    for var in ("MKL_THREADING_LAYER", "OPENBLAS_NUM_THREADS"):
+        env.pop(var, None)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    layer, mkl_threads, omp_threads = r.stdout.split()
-    assert layer == ("SEQUENTIAL" if k == 1 else "GNU")
-    assert int(mkl_threads) == k and int(omp_threads) == k
+    impl, layer, blas_threads, omp_threads = r.stdout.split()
+    assert impl == {"openblas": "OpenBLAS", "mkl": "MKL"}[name]
+    assert layer == ("-" if name == "openblas" else "SEQUENTIAL" if k == 1 else "GNU")
+    assert int(blas_threads) == k and int(omp_threads) == k
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_compiled_products_match_numpy(backend):
+    """Built on one rank with each backend: GEMM (MatMul, einsum), GEMV, dot, a batched product and a
+    Cholesky factorization (LAPACK) call the backend's library and agree with NumPy to 1e-10."""
+    @dace.program
+    def products(A: dace.float64[M, K], B: dace.float64[K, N], x: dace.float64[K], X: dace.float64[3, M, K],
+                 Y: dace.float64[3, K, N], S: dace.float64[N, N]):
+        return np.einsum("ik,kj->ij", A, B) + A @ B, A @ x, x @ x, X @ Y, np.linalg.cholesky(S)
+    sizes = dict(M=7, N=5, K=6)
+    rng = np.random.default_rng(1)
+    A, B, x = rng.random((7, 6)), rng.random((6, 5)), rng.random(6)
+    X, Y, S = rng.random((3, 7, 6)), rng.random((3, 6, 5)), rng.random((5, 5))
+    S = S @ S.T + 5 * np.eye(5)
+    sdfg = products.to_sdfg()
+    sdfg.name = f"blas_products_{backend.implementation.lower()}"
+    code = _generated_code(sdfg)
+    assert "cblas_dgemm(" in code and "cblas_dgemv(" in code and "cblas_ddot(" in code
+    fn = sdfg.compile()
+    got = fn(A=A, B=B, x=x, X=X, Y=Y, S=S.copy(), **sizes)
+    want = (2 * (A @ B), A @ x, x @ x, X @ Y, np.linalg.cholesky(S))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g).reshape(np.shape(w)), w, rtol=1e-10, atol=1e-12)
+    with open(os.path.join(sdfg.build_folder, "build", "CMakeCache.txt")) as f:
+        cmake = f.read()
+    linked = os.path.basename(backend.library if backend.implementation == "OpenBLAS" else backend.source)
+    assert linked.split(".so")[0] in cmake
 
 
 def test_batched_product_with_a_size_symbol_named_b_is_refused(monkeypatch):

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from distsdfg.blas import thread_env
+from distsdfg.lowering.blas import thread_env
 
 from . import report
 from distsdfg.testing.pmpi import build as build_counter

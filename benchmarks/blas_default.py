@@ -8,7 +8,7 @@ lowered with ``lower(sdfg, "auto", nprocs=P)`` and compiled with the library's o
 BLAS configuration here). Contenders, timed interleaved (one call of each per round, all ranks
 between barriers, the slowest rank's time): distsdfg; NumPy on rank 0 (P=1); the hand-written
 mpi4py+NumPy version (P>1). Every contender's result is checked against NumPy first.
-Run with one thread per process (``distsdfg.blas.thread_env(1)``), as ``python -m benchmarks`` does.
+Run with one thread per process (``distsdfg.lowering.blas.thread_env(1)``), as ``python -m benchmarks`` does.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def main(argv=None) -> None:
     from .workloads import get
     comm = MPI.COMM_WORLD
     P, rank = comm.size, comm.rank
-    results = {"nprocs": P, "blas": str(distsdfg.blas.info()), "cases": {}}
+    results = {"nprocs": P, "blas": str(distsdfg.lowering.blas.info()), "cases": {}}
     for label, (wname, sizes) in CASES.items():
         w = get(wname)
         inputs = w.inputs(sizes, np.random.default_rng(0))      # the same on every rank

@@ -1,9 +1,9 @@
-"""Planning time and predicted bytes with and without the pruned search (``distsdfg.prune``).
+"""Planning time and predicted bytes with and without the pruned search (``distsdfg.planner.prune``).
 
     python -m benchmarks.plan_pruning [--workloads megatron softmax] [--procs 16 64 256 1024] [--unpruned-max 64]
 
 Per workload and P: ``auto_schedule(..., verify=False)`` as shipped (pruned where some kernel has
-more than ``planner.CANDIDATE_LIMIT`` candidate vectors), the same with pruning turned off (up to
+more than ``auto.CANDIDATE_LIMIT`` candidate vectors), the same with pruning turned off (up to
 ``--unpruned-max`` ranks: beyond, it does not finish in minutes), and the bytes model's value
 (``schedule_cost``) of each result and of the data-parallel and SQRT baselines.
 """
@@ -19,7 +19,7 @@ from .workloads import get, sizes_of
 
 def _plan(sdfg, P, symbols, limit=None):
     import distsdfg
-    from distsdfg import planner
+    from distsdfg.planner import auto as planner
     old = planner.CANDIDATE_LIMIT
     if limit is not None:
         planner.CANDIDATE_LIMIT = limit
@@ -33,8 +33,8 @@ def _plan(sdfg, P, symbols, limit=None):
 
 def row(wname: str, P: int, unpruned: bool, preset: str = "documented") -> str:
     import distsdfg
-    from distsdfg.eingraph import build_graph
-    from distsdfg.planner import data_parallel_schedule, sqrt_schedule
+    from distsdfg.analysis.eingraph import build_graph
+    from distsdfg.planner.auto import data_parallel_schedule, sqrt_schedule
     w = get(wname)
     sizes = sizes_of(w, preset)
     symbols = w.symbols(sizes, w.inputs(sizes, np.random.default_rng(0)))

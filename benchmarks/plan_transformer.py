@@ -15,9 +15,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from distsdfg.costmodel import get_model  # noqa: E402
-from distsdfg.eingraph import Edge, EinGraph, Operand, Vertex  # noqa: E402
-from distsdfg.planner import search  # noqa: E402
+from distsdfg.planner.costmodel import get_model  # noqa: E402
+from distsdfg.analysis.eingraph import Edge, EinGraph, Operand, Vertex  # noqa: E402
+from distsdfg.planner.auto import search  # noqa: E402
 
 
 def transformer_graph(layers=24, B=8, S=512, E=1024, H=16, F=4096, item=4) -> EinGraph:

@@ -1,4 +1,4 @@
-"""The time model (``distsdfg.predict``) against measured runs, and its curve past this machine.
+"""The time model (``distsdfg.planner.predict``) against measured runs, and its curve past this machine.
 
     mpiexec -n P python -m mpi4py -m benchmarks.prediction measure [--repeats 5] [--out FILE.jsonl]
     python -m benchmarks.prediction curve [--n 8192] [--procs 1 2 4 ... 128] [--out PREFIX]
@@ -37,7 +37,7 @@ def measure(args) -> None:
     from mpi4py import MPI
 
     import distsdfg
-    from distsdfg.predict import predict
+    from distsdfg.planner.predict import predict
     from .workloads import get
     comm = MPI.COMM_WORLD
     P, rank = comm.size, comm.rank
@@ -94,7 +94,7 @@ def table(rows: List[Dict]) -> str:
 
 
 def curve(args) -> None:
-    from distsdfg.predict import predict_curve
+    from distsdfg.planner.predict import predict_curve
     make = _square_matmul().to_sdfg
     root = predict_curve(make, args.procs, "daint-xc50", N=args.n)
     dist = predict_curve(make, args.procs, "daint-xc50", placement="distributed", N=args.n)

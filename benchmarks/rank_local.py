@@ -19,7 +19,7 @@ import numpy as np
 from mpi4py import MPI
 
 import distsdfg
-from distsdfg.lowering import COMM_ARG, PLAN_ARRAY, PLAN_LEN
+from distsdfg.lowering.rewriter import COMM_ARG, PLAN_ARRAY, PLAN_LEN
 
 from . import handwritten
 from .workloads import elementwise, elementwise_ref, softmax, softmax_ref

@@ -32,7 +32,7 @@ def _timed(call):
 def scaling_row(wname: str, preset: str, nprocs: int, tables: bool = True) -> Dict[str, object]:
     """Times of the steps for one workload on ``nprocs`` ranks (or the error that stopped them)."""
     import distsdfg
-    from distsdfg.report import sent_once
+    from distsdfg.solver.report import sent_once
     w = get(wname)
     sizes = sizes_of(w, preset)
     symbols = w.symbols(sizes, w.inputs(sizes, np.random.default_rng(0)))

@@ -2,9 +2,9 @@
 
 - ``auto``: ``distsdfg.auto_schedule`` (EinDecomp over the bytes model, verified against the
   baselines with ``comm_report``).
-- ``data-parallel``: every kernel splits its leading output dimension (``planner.data_parallel_schedule``).
+- ``data-parallel``: every kernel splits its leading output dimension (``auto.data_parallel_schedule``).
 - ``sqrt``: every kernel splits its last two output dimensions as a sqrt(P) x sqrt(P) grid
-  (``planner.sqrt_schedule``).
+  (``auto.sqrt_schedule``).
 - ``reduction-parallel``: kernels with a reduction split their reduction labels as far as
   they can (partial results, reduced afterwards); kernels without one stay data-parallel.
 """
@@ -14,8 +14,8 @@ import math
 from typing import Dict, Tuple
 
 from distsdfg import auto_schedule
-from distsdfg.eingraph import EinGraph, build_graph
-from distsdfg.planner import data_parallel_schedule, sqrt_schedule, viable
+from distsdfg.analysis.eingraph import EinGraph, build_graph
+from distsdfg.planner.auto import data_parallel_schedule, sqrt_schedule, viable
 
 NAMES = ("auto", "data-parallel", "sqrt", "reduction-parallel")
 

@@ -32,12 +32,12 @@ def _timed(call):
 
 def solve_row(wname: str, preset: str, nprocs: int, schedule: str = "auto", report: bool = True) -> Dict[str, object]:
     import distsdfg
-    from distsdfg.encode import encode_plan
-    from distsdfg.planner import data_parallel_schedule
-    from distsdfg.eingraph import build_graph
-    from distsdfg.plan import given_values
-    from distsdfg.report import sent_once
-    from distsdfg.solver import lowered_of, solve_plan
+    from distsdfg.mpi.encode import encode_plan
+    from distsdfg.planner.auto import data_parallel_schedule
+    from distsdfg.analysis.eingraph import build_graph
+    from distsdfg.values.plan import given_values
+    from distsdfg.solver.report import sent_once
+    from distsdfg.solver.solve import lowered_of, solve_plan
     w = get(wname)
     sizes = sizes_of(w, preset)
     symbols = w.symbols(sizes, w.inputs(sizes, np.random.default_rng(0)))

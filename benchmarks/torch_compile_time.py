@@ -7,8 +7,8 @@ Phases, in seconds: ``trace`` (torch.export / make_fx and emitting the NumPy pro
 ``parse`` (DaCe's Python frontend and simplify: ``TorchProgram.sdfg``), ``lower`` (a
 data-parallel schedule from ``schedule_from_shardings`` over 2 ranks, ``distsdfg.lower``) and
 ``compile`` (code generation and the C++ build of the lowered SDFG in one process: what
-``distsdfg.compile`` does on rank 0, ``runtime.build``; ``--dace-build``: DaCe's own CMake build,
-``sdfg.compile()``, with DaCe's default build type, as measured before). ``--no-batched-renames`` parses without ``dace_compat_parse.batched_renames`` (DaCe's
+``distsdfg.compile`` does on rank 0, ``program.build``; ``--dace-build``: DaCe's own CMake build,
+``sdfg.compile()``, with DaCe's default build type, as measured before). ``--no-batched-renames`` parses without ``dace_compat.parse.batched_renames`` (DaCe's
 per-variable renames), for comparison. ``--profile`` writes a cProfile of one phase
 (``--profile-phase``, default ``parse``; with ``--cpu`` it counts CPU time, which a shared, loaded
 machine distorts less than wall time). Every phase is reported in wall time and in CPU time
@@ -43,7 +43,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     import torch
     import distsdfg
-    from distsdfg import dace_compat_parse
+    from distsdfg.dace_compat import parse as dace_compat_parse
     from gpt_model import tiny
     if a.no_batched_renames:
         dace_compat_parse.batched_renames = contextlib.nullcontext
@@ -93,7 +93,8 @@ def main(argv=None):
             if a.dace_build:
                 sdfg.compile()
             else:       # what distsdfg.compile does on rank 0, without MPI
-                from distsdfg import blas, runtime
+                from distsdfg.lowering import blas
+                from distsdfg.runtime import program as runtime
                 from distsdfg import dace_compat as dc
                 blas.configure()
                 dc.ensure_mpi_on_path()

@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from distsdfg import blas
+from distsdfg.lowering import blas
 from distsdfg.testing.pmpi import byte_fields
 
 from .workloads import Workload, get, sizes_of
@@ -86,12 +86,12 @@ def run_schedule(w, sizes, name, grids, ctx):
     """distsdfg with ``grids``: lower, compile (collective), check and count one call. Returns the
     row (rank 0; its times filled in by ``interleave``) and the call to time."""
     import distsdfg
-    from distsdfg.report import matmul_io_lower_bounds
+    from distsdfg.solver.report import matmul_io_lower_bounds
     comm, control, P = ctx["comm"], ctx["control"], ctx["comm"].size
     sdfg = w.program.to_sdfg()
     sdfg.name = sdfg_name(w, grids, P)
     distsdfg.lower(sdfg, grids)
-    from distsdfg.inspector import inputs_of     # arrays whose values bound blocks (SpMV's A_row)
+    from distsdfg.solver.inspector import inputs_of     # arrays whose values bound blocks (SpMV's A_row)
     report = distsdfg.comm_report(sdfg, nprocs=P, **ctx["symbols"], **{k: ctx["inputs"][k] for k in inputs_of(sdfg)})
     fn = distsdfg.compile(sdfg, comm=control)
     out, snap = counted(ctx["counters"], lambda: fn(**ctx["inputs"]))
@@ -228,7 +228,7 @@ def timed_local(call: Callable, repeats: int) -> List[float]:
 
 def run_single(config: dict) -> List[Row]:
     """Each program compiled by DaCe for one process (no MPI), same inputs and checks."""
-    from distsdfg.runtime import build
+    from distsdfg.runtime.program import build
     rows = []
     for wname in config["workloads"]:
         w = get(wname)

@@ -1,17 +1,17 @@
 """distsdfg: automatic SPMD distribution of DaCe programs over MPI."""
 from .errors import *  # noqa: F401,F403
-from . import blas as _blas
-from .blas import NoBlasWarning
-from .schedule import Schedule
-from .kernels import MapInfo
-from .plan import CommStep
-from .redistribute import CommPlan
+from .lowering import blas as _blas
+from .lowering.blas import NoBlasWarning
+from .values.schedule import Schedule
+from .analysis.kernels import MapInfo
+from .values.plan import CommStep
+from .solver.redistribute import CommPlan
 from .api import maps, lower, compile, comm_report, comm_plans, schedule_by_label, auto_schedule, schedule_cost, explain
-from .costmodel import PaperModel, BytesModel, AlphaBetaModel, calibrate
-from .placement import ArrayLayout, layout
-from .sharding import schedule_from_shardings
-from .torch_frontend import TorchProgram, from_torch
-from .torch_training import from_torch_train_step
+from .planner.costmodel import PaperModel, BytesModel, AlphaBetaModel, calibrate
+from .lowering.placement import ArrayLayout, layout
+from .planner.sharding import schedule_from_shardings
+from .frontend.torch_frontend import TorchProgram, from_torch
+from .frontend.torch_training import from_torch_train_step
 
 __all__ = ["Schedule", "MapInfo", "CommStep", "CommPlan", "maps", "lower", "compile", "comm_report", "comm_plans",
            "schedule_by_label", "auto_schedule", "schedule_cost", "explain", "PaperModel", "BytesModel",

@@ -1,3 +1,3 @@
-from .cli import main
+from .launch.cli import main
 
 main()

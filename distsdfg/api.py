@@ -8,17 +8,17 @@ from dace.sdfg import SDFG
 
 from . import dace_compat as dc
 from .checks import require_sdfg
-from .deferred import Deferred, DeferredProgram, defer
+from .runtime.deferred import Deferred, DeferredProgram, defer
 from .errors import GridShapeError, InputError, OptionError, ScheduleError, SizeError, SymbolicSizeError
-from .kernels import MapInfo, find_kernels, maps
-from .pipeline import lower_sdfg
-from .placement import boundary_pricing, placed_arrays
-from .planner import auto_schedule, explain, schedule_cost
-from .report import comm_plans, comm_report
-from .runtime import DistributedProgram, comm_of, compile_distributed
-from .schedule import Schedule, ScheduleLike, as_schedule
-from .solver import lowered_of
-from .tiling import rough_work
+from .analysis.kernels import MapInfo, find_kernels, maps
+from .lowering.pipeline import lower_sdfg
+from .lowering.placement import boundary_pricing, placed_arrays
+from .planner.auto import auto_schedule, explain, schedule_cost
+from .solver.report import comm_plans, comm_report
+from .runtime.program import DistributedProgram, comm_of, compile_distributed
+from .values.schedule import Schedule, ScheduleLike, as_schedule
+from .solver.solve import lowered_of
+from .analysis.tiling import rough_work
 
 __all__ = ["maps", "lower", "compile", "comm_report", "comm_plans", "schedule_by_label", "auto_schedule",
            "schedule_cost", "explain", "MapInfo", "Schedule"]
@@ -75,7 +75,7 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
     distributed placement, boundaries priced as free). When planning needs sizes that the
     program leaves symbolic and ``plan_options`` does not give, ``sdfg`` is left as it is and
     marked to be planned at its first call: ``compile(sdfg)`` returns a program that plans,
-    lowers a copy and compiles it for the sizes of each new call (``distsdfg.deferred``).
+    lowers a copy and compiles it for the sizes of each new call (``distsdfg.runtime.deferred``).
 
     ``placement``: ``"root"`` (default: rank 0 passes and receives arrays whole; the other
     ranks may pass only the size symbols), ``"distributed"`` (every rank passes its own block,
@@ -86,7 +86,7 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
     (needs an MPI built with CUDA support; checked before every call).
 
     ``optimize=False`` (or ``DISTSDFG_OPTIMIZE=0``) leaves each rank's kernels as the program
-    wrote them, one map per operation (``distsdfg.optimize``; for debugging).
+    wrote them, one map per operation (``distsdfg.lowering.optimize``; for debugging).
     """
     require_sdfg(sdfg, "distsdfg.lower")
     if target not in ("cpu", "gpu"):

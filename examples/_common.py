@@ -9,7 +9,7 @@ from mpi4py import MPI
 warnings.filterwarnings("ignore", category=UserWarning)
 
 import distsdfg
-from distsdfg.report import format_report
+from distsdfg.solver.report import format_report
 
 
 def run_schedule(prog, grids_by_label, inputs, reference, symbols=None, tol=1e-10):

@@ -19,7 +19,7 @@ from mpi4py import MPI
 warnings.filterwarnings("ignore", category=UserWarning)
 
 import distsdfg  # noqa: E402
-from distsdfg.report import format_report  # noqa: E402
+from distsdfg.solver.report import format_report  # noqa: E402
 
 NB, NI, NH, NO, N = (dace.symbol(s) for s in ("NB", "NI", "NH", "NO", "N"))
 

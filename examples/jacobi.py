@@ -13,7 +13,7 @@ from mpi4py import MPI
 warnings.filterwarnings("ignore", category=UserWarning)
 
 import distsdfg  # noqa: E402
-from distsdfg.report import format_report  # noqa: E402
+from distsdfg.solver.report import format_report  # noqa: E402
 
 N = dace.symbol("N")
 

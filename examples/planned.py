@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 warnings.filterwarnings("ignore", category=UserWarning)
 
 import distsdfg  # noqa: E402
-from distsdfg.report import format_report  # noqa: E402
+from distsdfg.solver.report import format_report  # noqa: E402
 from distsdfg.testing.programs import matrix_chain  # noqa: E402
 
 SIZES = dict(NS=200, NT=20, NH=2000)

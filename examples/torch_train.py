@@ -19,7 +19,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import distsdfg  # noqa: E402
-from distsdfg.report import format_report  # noqa: E402
+from distsdfg.solver.report import format_report  # noqa: E402
 
 STEPS = 5
 SHARDINGS = {

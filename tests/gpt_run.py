@@ -53,7 +53,7 @@ def lowered_on_rank0(prog, shardings, placement, comm, split_update=False):
 
     import distsdfg
     from distsdfg import dace_compat as dc
-    from distsdfg.runtime import idle_bcast
+    from distsdfg.runtime.program import idle_bcast
     sent = None
     if comm.rank == 0:
         t0 = time.perf_counter()

@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 import distsdfg
-from distsdfg.dace_compat_views import view_permutation
+from distsdfg.dace_compat.views import view_permutation
 from distsdfg.errors import SizeError
 from distsdfg.testing.mpirun import bytes_mismatch, launch_cases
 from distsdfg.testing.programs import MHSA_FUSED_SCHEDULE, MHSA_FUSED_SIZES, MHSA_SIZES, MHSA_THESIS_SCHEDULE, get
@@ -71,7 +71,7 @@ def test_view_permutation_of_a_transposed_operand():
 
 
 def test_common_refinement_of_a_reshape():
-    from distsdfg.boxes import common_refinement, reshape_box
+    from distsdfg.geometry.boxes import common_refinement, reshape_box
     assert common_refinement([(2, 8, 48), (2, 8, 8, 6)]) == (2, 8, 8, 6)
     assert common_refinement([(6,), (2, 3), (3, 2)]) is None
     # Heads 2-3 of 8, their q and k columns (4 of 6): no block of (2, 8, 48), a block of the refinement.

@@ -115,7 +115,7 @@ def test_loop_dependent_maps_stay_whole_and_others_are_planned():
     """A map over 0:i inside a loop over i whose iterations depend on each other is left out of a
     planned schedule (it runs whole on rank 0; under mpiexec: tri_carried:auto in test_loops.py); tri
     lowers with "auto" and has nothing to move. trimul's loop is independent: it became a map over i,
-    split like the matmul before it (loopmaps.py)."""
+    split like the matmul before it (analysis/loopmaps.py)."""
     t = tri.to_sdfg()
     loop_key = [m.key for m in distsdfg.maps(t) if "i" in str(m.ranges)]
     assert loop_key and distsdfg.auto_schedule(t, 4, verify=False, N=8).as_dict() == {}
@@ -228,7 +228,7 @@ CLI = [
 
 @pytest.mark.parametrize("argv,words", [c[1:] for c in CLI], ids=[c[0] for c in CLI])
 def test_cli_refused(prog_files, capsys, argv, words):
-    from distsdfg.cli import main
+    from distsdfg.launch.cli import main
     with pytest.raises(SystemExit) as info:
         main([a.format(d=prog_files) for a in argv])
     assert info.value.code == 2

@@ -1,4 +1,4 @@
-"""The BLAS set-up (distsdfg/blas.py, blas_openblas.py): OpenBLAS (scipy-openblas32) or MKL selected on import,
+"""The BLAS set-up (distsdfg/lowering/blas.py, lowering/blas_openblas.py): OpenBLAS (scipy-openblas32) or MKL selected on import,
 DISTSDFG_BLAS choosing, matrix products calling it, a warning without any."""
 import copy
 import os
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import distsdfg
-from distsdfg import blas
+from distsdfg.lowering import blas
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 M, N, K = (dace.symbol(s) for s in "MNK")
@@ -92,7 +92,7 @@ def test_blas_override_by_environment(monkeypatch):
             info = blas.configure(force=True)
             assert info.implementation == impl and info.chosen_by == f"DISTSDFG_BLAS={name}"
             assert info is blas.info()
-        from distsdfg import info as report         # what `distsdfg info` prints
+        from distsdfg.launch import info as report         # what `distsdfg info` prints
         assert ("BLAS chosen by", f"{blas.info().chosen_by} (DISTSDFG_BLAS=openblas|mkl overrides)") in report.rows()
         # the one asked for missing: the other, with a warning saying why
         monkeypatch.setenv(blas.BACKEND_ENV, "openblas")
@@ -208,7 +208,7 @@ def test_threads_reach_the_blas_and_openmp(name, k):
         pytest.skip(f"no {name} here")
     if name == "openblas" and (os.cpu_count() or 1) < k:
         pytest.skip("OpenBLAS caps its threads at the number of cores")
-    code = ("import ctypes, os, distsdfg\nfrom distsdfg import blas\nblas.use_threads(blas.threads_per_rank())\n"
+    code = ("import ctypes, os, distsdfg\nfrom distsdfg.lowering import blas\nblas.use_threads(blas.threads_per_rank())\n"
             "lib = ctypes.CDLL(blas.info().library)\ngomp = ctypes.CDLL('libgomp.so.1')\n"
             "n = lib.MKL_Get_Max_Threads() if blas.info().implementation == 'MKL' else "
             "lib.scipy_openblas_get_num_threads()\n"

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from distsdfg.launch import launcher_argv, mpiexec_argv, srun_argv
-from distsdfg.slurm import SlurmJob, sbatch_script
+from distsdfg.launch.mpiexec import launcher_argv, mpiexec_argv, srun_argv
+from distsdfg.launch.slurm import SlurmJob, sbatch_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
@@ -64,7 +64,7 @@ def test_failing_rank_ends_the_job(tmp_path):
 
 def test_plan_json_equals_comm_report(tmp_path):
     import distsdfg
-    from distsdfg.runner import load_program
+    from distsdfg.launch.runner import load_program
     r = _distsdfg(["plan", os.path.join(ROOT, "examples/matmul.py:matmul"), "-n", "4", "--json", "--schedule",
                    "gemm_map=2,1,2", "--sizes", "M=256", "N=128", "K=192", "--plot", str(tmp_path / "b.png")],
                   tmp_path)
@@ -141,7 +141,7 @@ def test_info_names_versions_blas_and_compilers(tmp_path):
     import dace
     import numpy as np
 
-    from distsdfg import blas
+    from distsdfg.lowering import blas
     r = _distsdfg(["info"], tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     fields = dict(line.split(":", 1) for line in r.stdout.splitlines())
@@ -159,7 +159,7 @@ def test_info_names_versions_blas_and_compilers(tmp_path):
 def test_threads_per_rank_reaches_every_rank(tmp_path):
     # Each rank writes its own file: two ranks printing to one forwarded stdout may interleave their lines.
     script = tmp_path / "threads.py"
-    script.write_text("import os, sys\nfrom mpi4py import MPI\nfrom distsdfg import blas\n"
+    script.write_text("import os, sys\nfrom mpi4py import MPI\nfrom distsdfg.lowering import blas\n"
                       "rank = MPI.COMM_WORLD.rank\n"
                       "line = ' '.join(str(v) for v in (rank, blas.threads_per_rank(), os.environ['OMP_NUM_THREADS'], "
                       "os.environ['MKL_NUM_THREADS'], os.environ['MKL_THREADING_LAYER']))\n"

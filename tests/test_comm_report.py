@@ -2,7 +2,7 @@
 import pytest
 
 import distsdfg
-from distsdfg.solver import comm_steps, solve_step
+from distsdfg.solver.solve import comm_steps, solve_step
 
 MATMUL = {  # grid over (M, N, K): bytes received of A, received of B, sent of C, per non-root rank
     (4, 1, 1): (98_304, 196_608, 65_536),
@@ -104,7 +104,7 @@ def test_byte_comparison_that_fails_is_recorded_not_raised(monkeypatch):
     # A report whose repeats stay symbolic (a loop bound not given to comm_report) cannot be
     # compared: rank 0 alone raised here and left the other ranks in the next collective (the
     # distributed-placement Jacobi hang under the counter). Now it is a recorded mismatch.
-    from distsdfg.plan import CommStep
+    from distsdfg.values.plan import CommStep
     from distsdfg.testing import mpirun, pmpi
     monkeypatch.setattr(pmpi, "counters", lambda: _Counters())
     step = CommStep(collective="Isend/Irecv", array="A", sent=(64,), received=(64,), repeats="TSTEPS - 1",

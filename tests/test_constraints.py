@@ -2,8 +2,8 @@
 import re
 
 import distsdfg
-from distsdfg.constraints import box_str, kernel_constraints
-from distsdfg.kernels import find_kernels
+from distsdfg.analysis.constraints import box_str, kernel_constraints
+from distsdfg.analysis.kernels import find_kernels
 
 
 def _pretty(s: str) -> str:

@@ -1,5 +1,5 @@
 """Contractions left as accumulating maps become one BLAS matrix product (``optimize.contractions_to_products``,
-``distsdfg/dace_compat_einsum.py``).
+``distsdfg/dace_compat/einsum.py``).
 
 Unit tier (symbolic, nothing compiled): which maps are contractions and how their indices group, which
 operands are copied, the communication steps and bytes unchanged. One single-process compile checks
@@ -14,8 +14,8 @@ from dace.sdfg import nodes
 
 import distsdfg
 from distsdfg import dace_compat as dc
-from distsdfg import optimize
-from distsdfg.dace_compat_einsum import choose_layout, contraction_of
+from distsdfg.lowering import optimize
+from distsdfg.dace_compat.einsum import choose_layout, contraction_of
 from distsdfg.mpi import DistributedMemlet
 from distsdfg.testing.programs import MEGATRON_SCHEDULE, get
 

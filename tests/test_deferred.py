@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import distsdfg
-from distsdfg.deferred import Deferred, DeferredProgram
+from distsdfg.runtime.deferred import Deferred, DeferredProgram
 from distsdfg.errors import SymbolicSizeError
-from distsdfg.launch import mpiexec_argv
-from distsdfg.root_args import RootArguments, rank0_only_arrays
+from distsdfg.launch.mpiexec import mpiexec_argv
+from distsdfg.runtime.root_args import RootArguments, rank0_only_arrays
 from distsdfg.testing.programs import get
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,7 +50,7 @@ def test_lower_auto_without_sizes_plans_at_the_first_call():
     assert isinstance(low, Deferred) and low.sizes == ("K", "M", "N") and low.missing == "M" and low.nprocs == 4
     assert sdfg.name == name and sdfg.number_of_nodes() == nodes         # left as it was
     fn = distsdfg.compile(sdfg)                                        # compiles nothing yet
-    assert isinstance(fn, DeferredProgram) and isinstance(fn, distsdfg.runtime.DistributedProgram)
+    assert isinstance(fn, DeferredProgram) and isinstance(fn, distsdfg.runtime.program.DistributedProgram)
     assert fn.programs == {}
     with pytest.raises(distsdfg.DistributedLoweringError, match="already lowered"):
         distsdfg.lower(sdfg, "auto", nprocs=4)
@@ -71,10 +71,10 @@ def test_lower_auto_without_sizes_plans_at_the_first_call():
 def test_lower_auto_with_concrete_sizes_lowers_now():
     sdfg = _sdfg("add3d")
     distsdfg.lower(sdfg, "auto", nprocs=4)
-    assert isinstance(sdfg._distsdfg, distsdfg.lowering.Lowered) and sdfg._distsdfg.nprocs == 4
+    assert isinstance(sdfg._distsdfg, distsdfg.lowering.rewriter.Lowered) and sdfg._distsdfg.nprocs == 4
     sdfg = _sdfg("matmul")      # sizes given to the planner: lowered now, as before
     distsdfg.lower(sdfg, "auto", nprocs=4, plan_options=dict(verify=False, **MM))
-    assert isinstance(sdfg._distsdfg, distsdfg.lowering.Lowered)
+    assert isinstance(sdfg._distsdfg, distsdfg.lowering.rewriter.Lowered)
 
 
 def test_which_arguments_other_ranks_may_leave_out():

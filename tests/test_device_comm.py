@@ -18,7 +18,7 @@ from dace import dtypes
 import distsdfg
 from distsdfg import dace_compat as dc
 from distsdfg.errors import DistributedLoweringError
-from distsdfg.lowering import RUNTIME_ARGS
+from distsdfg.lowering.rewriter import RUNTIME_ARGS
 from distsdfg.mpi import DistributedMemlet
 from distsdfg.testing.mpirun import bytes_mismatch, counted_argv
 from distsdfg.testing.programs import get
@@ -104,7 +104,7 @@ def test_cuda_aware_mpi_needs_the_gpu_target():
 
 def test_an_mpi_without_cuda_support_is_refused_before_the_call():
     from mpi4py import MPI
-    from distsdfg.gpu import mpi_cuda_support, require_cuda_aware_mpi
+    from distsdfg.lowering.gpu import mpi_cuda_support, require_cuda_aware_mpi
     assert MPI.Is_initialized()       # the query asks the MPI library this process loaded
     if mpi_cuda_support() is not False:
         pytest.skip("this MPI supports CUDA (or does not say): nothing to refuse")
@@ -113,7 +113,7 @@ def test_an_mpi_without_cuda_support_is_refused_before_the_call():
 
 
 def test_cli_passes_cuda_aware_mpi_to_both_steps_of_a_slurm_job(tmp_path, capsys):
-    from distsdfg.cli import main
+    from distsdfg.launch.cli import main
     out = tmp_path / "job.sbatch"
     main(["slurm", os.path.join(ROOT, "examples", "matmul.py:matmul"), "--target", "gpu", "--cuda-aware-mpi",
           "--gpus-per-node", "4", "--ntasks-per-node", "4", "-o", str(out)])

@@ -1,7 +1,7 @@
 """A fixed fuzz sample (issue 5): every drawn (program, schedule, P) is right or refused up front."""
 from distsdfg.testing.fuzz import draw_cases, run_cases, summarise
 from distsdfg.testing.fuzz_corpus import BASE, CORPUS
-from distsdfg.runtime import _cached
+from distsdfg.runtime.program import _cached
 
 
 def test_corpus_covers_what_the_issue_lists():
@@ -110,12 +110,12 @@ def test_matmul_blocks_that_dace_reads_as_vectors_are_computed_by_maps(tmp_path)
     """Seed 41's compile-time refusals: the contraction axis split 8 ways gives local operands
     (M, 1) and (1, N), which DaCe's MatMul expansion squeezes into a dot product ("Output of dot
     product must be a single element"); a batch block of one gave ``[3, 3, 7] x [3, 7]``. Those
-    products are now maps (``dace_compat_matmul``); the others stay BLAS calls."""
+    products are now maps (``dace_compat.matmul``); the others stay BLAS calls."""
     import copy
     import warnings
 
     import distsdfg
-    from distsdfg.dace_compat_matmul import misread_by_dace
+    from distsdfg.dace_compat.matmul import misread_by_dace
     from distsdfg.testing import fuzz_corpus as fc
     from distsdfg.testing.fuzz import FuzzCase
     assert misread_by_dace([10, 1], [1, 6], [10, 6]) and misread_by_dace([1, 1], [1, 6], [1, 6])

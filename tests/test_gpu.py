@@ -21,8 +21,8 @@ from dace.sdfg import nodes
 import distsdfg
 from distsdfg import dace_compat as dc
 from distsdfg.errors import DistributedLoweringError
-from distsdfg.gpu import gpu_available, nvcc_path
-from distsdfg.launch import mpiexec_argv
+from distsdfg.lowering.gpu import gpu_available, nvcc_path
+from distsdfg.launch.mpiexec import mpiexec_argv
 from distsdfg.mpi import DistributedMemlet
 from distsdfg.testing.programs import get
 
@@ -71,7 +71,7 @@ def test_kernels_on_device_and_mpi_on_host(name):
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found (set CUDACXX or put nvcc on PATH): GPU builds not tested")
 @pytest.mark.parametrize("name", list(CASES))
 def test_generated_cuda_builds_with_nvcc(name, tmp_path, monkeypatch):
-    from distsdfg.runtime import DistributedProgram, build
+    from distsdfg.runtime.program import DistributedProgram, build
     monkeypatch.chdir(tmp_path)
     dc.ensure_mpi_on_path()
     sdfg = _lowered(name, CASES[name])
@@ -92,7 +92,7 @@ def test_generated_cuda_builds_with_nvcc(name, tmp_path, monkeypatch):
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found (set CUDACXX or put nvcc on PATH): GPU builds not tested")
 def test_cuda_aware_program_builds_with_nvcc(tmp_path, monkeypatch):
     """cuda_aware_mpi=True: no staging copies; the steps run the runtime's CUDA memory policy."""
-    from distsdfg.runtime import DistributedProgram, build
+    from distsdfg.runtime.program import DistributedProgram, build
     monkeypatch.chdir(tmp_path)
     dc.ensure_mpi_on_path()
     sdfg = _lowered("matmul", CASES["matmul"], "gpu_aware", cuda_aware_mpi=True)
@@ -205,7 +205,7 @@ def test_cupy_arguments_and_calls_with_new_sizes(tmp_path, nprocs):
 def _mpi_is_cuda_aware() -> bool:
     if not gpu_available() or NVCC is None:
         return False
-    code = "from mpi4py import MPI; from distsdfg.gpu import mpi_cuda_support; print(mpi_cuda_support())"
+    code = "from mpi4py import MPI; from distsdfg.lowering.gpu import mpi_cuda_support; print(mpi_cuda_support())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     return out.stdout.strip() == "True"
 

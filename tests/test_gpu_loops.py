@@ -3,7 +3,7 @@ distributed placement (issue 27).
 
 Without a GPU: the lowered SDFG keeps home buffers in GPU memory and stages every step (unit
 tier); the generated code of one loop program and one placement program builds with nvcc; and the
-GPU lowering of loop and placement cases runs on the host (``distsdfg.gpu.emulate_on_host``: the
+GPU lowering of loop and placement cases runs on the host (``distsdfg.lowering.gpu.emulate_on_host``: the
 same buffers, staging copies and steps, device memory replaced by host memory; steps on device
 buffers through ``EmulatedDeviceMem``) in one mpiexec job on 2 ranks, checked against NumPy.
 
@@ -23,7 +23,7 @@ from dace.sdfg import nodes
 import distsdfg
 from distsdfg import dace_compat as dc
 from distsdfg.errors import UnsupportedProgramError
-from distsdfg.gpu import gpu_available, nvcc_path
+from distsdfg.lowering.gpu import gpu_available, nvcc_path
 from distsdfg.mpi import DistributedMemlet
 from distsdfg.testing.mpirun import bytes_mismatch, launch_cases
 from distsdfg.testing.programs import get
@@ -97,7 +97,7 @@ def test_loops_and_placement_keep_homes_on_the_device(name, aware):
 
 def test_a_loop_condition_on_a_device_array_is_refused():
     """Loop conditions run on the host: one that would read a GPU buffer is refused, not read wrong."""
-    from distsdfg.gpu import OffloadKernels
+    from distsdfg.lowering.gpu import OffloadKernels
     sdfg = _lowered_homes("jacobi_conv", "cond_unit")
     edge = next(e for e in sdfg.edges() if e.data.assignments or not e.data.is_unconditional())
     home = next(h.buffer for h in sdfg._distsdfg.homes if sdfg.arrays[h.buffer].storage ==
@@ -112,7 +112,7 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (set CUDACX
 
 
 def _built(sdfg, tmp_path, monkeypatch):
-    from distsdfg.runtime import build
+    from distsdfg.runtime.program import build
     monkeypatch.chdir(tmp_path)
     dc.ensure_mpi_on_path()
     compiled, folder = build(sdfg, rebuild=True)
@@ -194,7 +194,7 @@ def test_emulation_runs_both_step_policies(emulated):
 
 # -- on a GPU (skipped elsewhere) --------------------------------------------------------------------
 def _mpi_is_cuda_aware() -> bool:
-    code = "from mpi4py import MPI; from distsdfg.gpu import mpi_cuda_support; print(mpi_cuda_support())"
+    code = "from mpi4py import MPI; from distsdfg.lowering.gpu import mpi_cuda_support; print(mpi_cuda_support())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     return out.stdout.strip() == "True"
 

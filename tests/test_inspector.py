@@ -1,13 +1,13 @@
-"""Symbolic tier: blocks bounded by an input array's values (distsdfg.inspector), no compiler."""
+"""Symbolic tier: blocks bounded by an input array's values (distsdfg.solver.inspector), no compiler."""
 import dace
 import numpy as np
 import pytest
 
 import distsdfg
-from distsdfg.constraints import kernel_constraints
+from distsdfg.analysis.constraints import kernel_constraints
 from distsdfg.errors import InputError
-from distsdfg.inspector import complete, inspect, recognise
-from distsdfg.kernels import find_kernels
+from distsdfg.solver.inspector import complete, inspect, recognise
+from distsdfg.analysis.kernels import find_kernels
 
 SM, SN, NNZ = (dace.symbol(s) for s in ("SM", "SN", "NNZ"))
 
@@ -119,8 +119,8 @@ def test_one_rank_lowering_keeps_whole_arrays(programs):
 
 def test_plan_cache_keys_on_the_inspected_bounds(programs):
     # A warm call with another row pointer must not reuse the first call's counts.
-    from distsdfg.inspector import inspect_call
-    from distsdfg.runtime import DistributedProgram
+    from distsdfg.solver.inspector import inspect_call
+    from distsdfg.runtime.program import DistributedProgram
 
     class _Comm:
         rank, size = 1, 2

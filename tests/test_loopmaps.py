@@ -7,8 +7,8 @@ import pytest
 
 import distsdfg
 from distsdfg import dace_compat as dc
-from distsdfg.kernels import find_kernels
-from distsdfg.loopmaps import independent_loops_to_maps, loop_is_independent
+from distsdfg.analysis.kernels import find_kernels
+from distsdfg.analysis.loopmaps import independent_loops_to_maps, loop_is_independent
 from distsdfg.testing.programs import get
 
 SIZES = {"tri_syrk": dict(TN=20, TM=12), "tri_scale": dict(TN=16, TM=20), "loop_matmul": dict(NR=6, NQ=10, NP=8),
@@ -103,7 +103,7 @@ def _nested_buffers(sdfg):
 def test_nested_body_takes_the_local_buffers_strides():
     """conv2d's loop body, nested by LoopToMap, kept the global output's strides while the lowering
     passed it a rank's smaller block: it wrote past the block (segmentation fault)."""
-    from distsdfg.exprs import same_value
+    from distsdfg.values.exprs import same_value
     sd = get("conv_bias").sdfg()
     body = [m for m in distsdfg.maps(sd) if m.params == ("j",)]      # the loop over j, turned into a map
     distsdfg.lower(sd, {body[0].key: (4,)})
@@ -119,7 +119,7 @@ def test_nested_body_takes_the_local_buffers_strides():
 def test_body_writing_an_outer_loops_row_is_not_an_exact_write():
     """lenet's max-pool body writes row i of an outer loop; its memlet spans every row (volume
     CN*CO): taking that as written gathered the block's unwritten rows over the result."""
-    from distsdfg.constraints import kernel_constraints
+    from distsdfg.analysis.constraints import kernel_constraints
     sd = _sdfg("conv_pool")
     kernels = [k for k in find_kernels(sd) if k.kind == "map" and not k.runtime_symbols]
     writes = {arr: c for k in kernels for arr, c in kernel_constraints(k, {}).arrays.items() if c.write is not None
@@ -132,5 +132,5 @@ def test_correlation_triangle_lowers_for_its_planned_schedule():
     the product put an ordering edge into the view of d, which DaCe rejected (RewriteLimitError)."""
     sd = get("corr_rows").sdfg()
     distsdfg.lower(sd, "auto", nprocs=4, plan_options=dict(TN=12, TM=10))     # DaCe validates the result
-    from distsdfg.solver import lowered_of
+    from distsdfg.solver.solve import lowered_of
     assert any(any(g > 1 for g in grid) for grid in lowered_of(sd).schedule.as_dict().values())

@@ -11,7 +11,7 @@ import pytest
 import distsdfg
 from distsdfg import dace_compat as dc
 from distsdfg.testing.mpirun import bytes_mismatch, launch_cases
-from distsdfg.redistribute import plan_redistribution
+from distsdfg.solver.redistribute import plan_redistribution
 from distsdfg.testing.programs import get
 
 
@@ -40,7 +40,7 @@ def _per_rank(steps, pred=lambda s: True):
 
 # -- unit tier -------------------------------------------------------------------------------------
 def test_trip_counts_of_for_loops_and_early_exit():
-    from distsdfg.controlflow import loop_trips
+    from distsdfg.analysis.controlflow import loop_trips
     sd = get("jacobi2d").sdfg()
     dc.simplify(sd)
     trips = {st.label: t for st, t in loop_trips(sd).items()}
@@ -104,7 +104,7 @@ def test_planner_weighs_loop_bodies_by_their_trip_counts():
     # Row-split matrix-vector products and split dot products: per iteration only p and two scalars move.
     assert all(g == (4, 1) for k, g in sched.items() if "GEMV" in k)
     assert sum(k.endswith("dot_map") and g == (4,) for k, g in sched.items()) == 3
-    from distsdfg.eingraph import build_graph
+    from distsdfg.analysis.eingraph import build_graph
     assert {v.repeats for v in build_graph(sdfg, N=256, maxit=100).vertices} == {1, 100}
 
 
@@ -129,7 +129,7 @@ def test_inplace_redistribution_is_point_to_point():
 
 
 def test_home_blocks_grow_to_the_array_edges():
-    from distsdfg.homes import _grow
+    from distsdfg.solver.homes import _grow
     inner = [((1,), (4,)), ((5,), (4,)), ((9,), (3,))]
     assert _grow(inner, (13,), 3) == [((0,), (5,)), ((5,), (4,)), ((9,), (4,))]
     # Blocks that cannot be stretched into a cover fall back to an even split of the rows.

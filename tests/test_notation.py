@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 import distsdfg
-from distsdfg.notation import (Irregular, Partial, Replicate, Shard, format_placements, parse_placements,
-                               placements_of_blocks)
-from distsdfg.redistribute import plan_redistribution
+from distsdfg.values.notation import (Irregular, Partial, Replicate, Shard, format_placements, parse_placements,
+                                      placements_of_blocks)
+from distsdfg.solver.redistribute import plan_redistribution
 from distsdfg.testing.simulate import grid_blocks
 
 SHAPE = (12, 8)

@@ -1,4 +1,4 @@
-"""Rank-local optimisation after tiling (distsdfg.optimize): unit tier, no MPI; one small
+"""Rank-local optimisation after tiling (distsdfg.lowering.optimize): unit tier, no MPI; one small
 single-process compile checks a tiled transpose's values.
 
 The compiled results of optimised programs are checked by the mpiexec cases of test_mpi.py
@@ -104,8 +104,8 @@ def test_counted_map_fusion_fuses_as_map_fusion(prog, schedule):
 
     from dace.transformation.dataflow import MapFusion
 
-    from distsdfg.dace_compat_fusion import fuse_maps_repeated
-    from distsdfg.optimize import share_rank_symbols
+    from distsdfg.dace_compat.fusion import fuse_maps_repeated
+    from distsdfg.lowering.optimize import share_rank_symbols
     plain = _lowered(prog, schedule, False)
     ours, theirs = copy.deepcopy(plain), copy.deepcopy(plain)
     for s in (ours, theirs):
@@ -124,7 +124,7 @@ def test_fused_copy_becomes_the_program(prog, schedule):
 
     from dace.transformation.dataflow import MapFusion
 
-    from distsdfg.optimize import alias_local_copies, fast_reductions, share_rank_symbols
+    from distsdfg.lowering.optimize import alias_local_copies, fast_reductions, share_rank_symbols
     plain, fused = _lowered(prog, schedule, False), _lowered(prog, schedule, True)
     want = copy.deepcopy(plain)
     before = set(want.arrays)
@@ -172,8 +172,8 @@ def _transpose_then_scale(g: dace.float64[TR_M, TR_N], v: dace.float64[TR_M], t:
 def test_transposing_maps_are_tiled_and_compute_the_same():
     """Only the transposing map is tiled (two inner parameters of TILE); sizes that are no
     multiple of the tile, compiled on one process, give NumPy's values exactly."""
-    from distsdfg import optimize
-    from distsdfg.dace_compat_tiling import TILE, transposed_params
+    from distsdfg.lowering import optimize
+    from distsdfg.dace_compat.tiling import TILE, transposed_params
     sdfg = _transpose_then_scale.to_sdfg()
     sdfg.name = "distsdfg_test_tile_transposes"
     dc.simplify(sdfg)
@@ -204,8 +204,8 @@ def _accumulations(x: dace.float64[2, 3, 4], W: dace.float64[4, 5, 6], a: dace.f
 
 
 def test_accumulations_split_by_the_parallel_parameter_drop_atomics():
-    from distsdfg import optimize
-    from distsdfg.dace_compat_tiling import outer_param_separates_writes
+    from distsdfg.lowering import optimize
+    from distsdfg.dace_compat.tiling import outer_param_separates_writes
     sdfg = _accumulations.to_sdfg()
     dc.simplify(sdfg)
     tops = [(st, n) for st in sdfg.states() for n in st.nodes()
@@ -213,7 +213,7 @@ def test_accumulations_split_by_the_parallel_parameter_drop_atomics():
     verdict = {n.map.params[0]: outer_param_separates_writes(st, n) for st, n in tops
                if any(e.data.wcr is not None for e in st.in_edges(st.exit_node(n)))}
     assert verdict == {"k": False, "b": True}, verdict
-    from distsdfg.dace_compat_tiling import transposed_params
+    from distsdfg.dace_compat.tiling import transposed_params
     assert all(transposed_params(st, n) is None for st, n in tops)     # accumulations are not tiled
     assert optimize.nonatomic_accumulations(sdfg) >= 1
     flags = {n.map.params[0]: [e.data.wcr_nonatomic for e in st.in_edges(st.exit_node(n)) if e.data.wcr]
@@ -234,7 +234,7 @@ def test_rename_symbols_gives_what_replace_dict_gives(prog, schedule):
     import copy
     import json
 
-    from distsdfg.dace_compat_rename import rename_symbols
+    from distsdfg.dace_compat.rename import rename_symbols
     plain = _lowered(prog, schedule, False)
     first = {}
     mapping = {}

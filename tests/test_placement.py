@@ -18,7 +18,7 @@ import pytest
 import distsdfg
 from distsdfg import dace_compat as dc
 from distsdfg.errors import PlacementError
-from distsdfg.placement import ArrayLayout, placed_arrays
+from distsdfg.lowering.placement import ArrayLayout, placed_arrays
 from distsdfg.testing.mpirun import bytes_mismatch, counted_argv
 from distsdfg.testing.programs import get
 
@@ -75,8 +75,8 @@ def test_per_rank_symbols_pack_into_one_array_argument():
     # in one int64 array (ctypes refuses calls of over 1,024 arguments): checked symbolically here,
     # compiled and run under mpiexec below (the ":packed" cases).
     import copy
-    from distsdfg.dace_compat_pack import PACKED, pack_symbols, packed_names, symbols_to_pack
-    from distsdfg.lowering import PLAN_LEN
+    from distsdfg.dace_compat.pack import PACKED, pack_symbols, packed_names, symbols_to_pack
+    from distsdfg.lowering.rewriter import PLAN_LEN
     sdfg = _lowered("mlp", {"gemm_map": (4, 1, 1), "*": (4, 1)})
     per_rank = symbols_to_pack(sdfg, keep=(PLAN_LEN,))
     assert per_rank and all(s.startswith("__dsdfg") for s in per_rank) and PLAN_LEN not in per_rank

@@ -5,13 +5,12 @@ import numpy as np
 import pytest
 
 import distsdfg
-from distsdfg.costmodel import (AlphaBetaModel, BytesModel, PaperModel, cost_agg, cost_join, cost_repart,
-                                get_model)
-from distsdfg.eingraph import build_graph
+from distsdfg.planner.costmodel import (AlphaBetaModel, BytesModel, PaperModel, cost_agg, cost_join, cost_repart,
+                                        get_model)
+from distsdfg.analysis.eingraph import build_graph
 from distsdfg.errors import DistributedLoweringError, ScheduleError
-from distsdfg.planner import (data_parallel_schedule, graph_cost, measured_bytes, search, sqrt_schedule,
-                              viable)
-from distsdfg.solver import symbol_values
+from distsdfg.planner.auto import data_parallel_schedule, graph_cost, measured_bytes, search, sqrt_schedule, viable
+from distsdfg.solver.solve import symbol_values
 from distsdfg.testing.programs import get, matrix_chain
 
 
@@ -157,7 +156,7 @@ def test_lower_auto():
 
 
 def test_strided_elements_counts_blocks_that_are_not_one_run():
-    from distsdfg.layoutcost import strided_elements
+    from distsdfg.planner.layoutcost import strided_elements
     shape = (8, 16, 4, 4)
     assert strided_elements(((2, 0),), shape, 2) == 0                      # halves of the outermost axis
     assert strided_elements(((2, 1),), shape, 2) == math.prod(shape)       # 8 runs per block

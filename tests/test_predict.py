@@ -1,4 +1,4 @@
-"""distsdfg.predict: a lowered plan priced on a machine model (issue 26). Unit tier, no compile."""
+"""distsdfg.planner.predict: a lowered plan priced on a machine model (issue 26). Unit tier, no compile."""
 import dataclasses
 import json
 import warnings
@@ -8,7 +8,7 @@ import pytest
 
 import distsdfg
 from distsdfg.errors import OptionError
-from distsdfg.predict import PRESETS, Machine, machine, predict, predict_curve
+from distsdfg.planner.predict import PRESETS, Machine, machine, predict, predict_curve
 
 N = dace.symbol("N")
 
@@ -69,7 +69,7 @@ def test_root_placement_scales_sublinearly_and_distributed_placement_does_not():
 
 def test_cli_prints_and_writes_the_curve(tmp_path, capsys):
     import os
-    from distsdfg.cli import main
+    from distsdfg.launch.cli import main
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = tmp_path / "curve.json"
     main(["predict", os.path.join(root, "examples", "matmul.py") + ":matmul", "-n", "1,2", "--sizes", "M=64", "N=48",

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from distsdfg.errors import UnsupportedProgramError
-from distsdfg.redistribute import plan_redistribution, reshape_box, subtract, volume
+from distsdfg.solver.redistribute import plan_redistribution, reshape_box, subtract, volume
 from distsdfg.testing.simulate import grid_blocks, run_plan
 
 SHAPE = (12, 8)
@@ -111,7 +111,7 @@ def test_random_grid_pairs_move_exact_data(g1, g2):
 
 
 def _inter(a, b):
-    from distsdfg.redistribute import intersect
+    from distsdfg.solver.redistribute import intersect
     return intersect(a, b)
 
 

@@ -18,10 +18,10 @@ import dace
 import pytest
 
 import distsdfg
-from distsdfg.accumulate import match_update
-from distsdfg.constraints import kernel_constraints
+from distsdfg.analysis.accumulate import match_update
+from distsdfg.analysis.constraints import kernel_constraints
 from distsdfg.errors import AccumulationError, DistributedLoweringError
-from distsdfg.kernels import find_kernels
+from distsdfg.analysis.kernels import find_kernels
 from distsdfg.testing.mpirun import bytes_mismatch, counted_argv
 from distsdfg.testing.programs import get
 

@@ -6,11 +6,11 @@ import itertools
 import numpy as np
 import pytest
 
-from distsdfg.boxindex import BoxIndex, any_overlap
-from distsdfg.encode import encode_plan
+from distsdfg.geometry.boxindex import BoxIndex, any_overlap
+from distsdfg.mpi.encode import encode_plan
 from distsdfg.errors import UnsupportedProgramError
-from distsdfg.redistribute import Message, intersect, plan_redistribution, subtract
-from distsdfg.solver import ConcreteRedist, given_values, lowered_of, solve_plan
+from distsdfg.solver.redistribute import Message, intersect, plan_redistribution, subtract
+from distsdfg.solver.solve import ConcreteRedist, given_values, lowered_of, solve_plan
 from distsdfg.testing.simulate import grid_blocks
 
 
@@ -197,7 +197,7 @@ def test_comm_report_summary(programs):
     """Summaries equal the per-rank report summed, call by call; they are the default above
     SUMMARY_ABOVE ranks; format_report and the bytes total read both kinds."""
     import distsdfg
-    from distsdfg.report import SUMMARY_ABOVE, CommSummary, format_report, sent_once
+    from distsdfg.solver.report import SUMMARY_ABOVE, CommSummary, format_report, sent_once
     sdfg = programs.get("mlp").sdfg()
     sizes = {}
     distsdfg.lower(sdfg, distsdfg.auto_schedule(sdfg, 8, verify=False))

@@ -1,4 +1,5 @@
-"""The package's shape (issue 25): no import cycle among distsdfg's modules, no module over 500 lines.
+"""The package's shape (issue 25): stages that import only earlier stages, no import cycle among
+distsdfg's modules, no module over 500 lines.
 
 Both are read off the source (the AST of every module, imports written inside functions
 included); nothing is imported or run. The lists below record what is not done yet: they may
@@ -12,6 +13,12 @@ import pytest
 
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "distsdfg")
 MAX_LINES = 500
+
+#: The subpackages in data-flow order (docs/architecture.md). A module may import modules of its own
+#: stage or of earlier ones. The top-level modules: ``errors`` and ``checks`` come first, ``api`` (the
+#: public functions) after the runtime, the package's ``__init__`` and ``__main__`` last.
+STAGES = ["errors", "checks", "geometry", "dace_compat", "values", "analysis", "solver", "mpi", "lowering", "planner",
+          "runtime", "frontend", "api", "launch", "testing"]
 
 #: Import cycles not yet taken apart, each a set of modules (strongly connected).
 KNOWN_CYCLES: list = []
@@ -123,7 +130,7 @@ def _path(graph, scc):
 
 def test_no_new_import_cycle():
     graph = import_graph()
-    assert "distsdfg.solver" in graph and graph["distsdfg.solver"]
+    assert "distsdfg.solver.solve" in graph and graph["distsdfg.solver.solve"]
     bad = [scc for scc in cycles(graph) if not any(scc <= known for known in KNOWN_CYCLES)]
     assert not bad, "import cycles in distsdfg: " + "; ".join(_path(graph, scc) for scc in bad)
 
@@ -158,8 +165,8 @@ def test_no_new_long_module():
     assert not done, f"no longer over {MAX_LINES} lines, remove from KNOWN_LONG: {done}"
 
 
-@pytest.mark.parametrize("module", ["distsdfg.report", "distsdfg.placement", "distsdfg.predict",
-                                    "distsdfg.planner", "distsdfg.solver"])
+@pytest.mark.parametrize("module", ["distsdfg.solver.report", "distsdfg.lowering.placement", "distsdfg.planner.predict",
+                                    "distsdfg.planner.auto", "distsdfg.solver.solve"])
 def test_planning_and_reports_do_not_import_the_runtime(module):
     """Reports, layouts, predictions and the planner solve plans without the executor."""
     graph = import_graph()
@@ -169,4 +176,21 @@ def test_planning_and_reports_do_not_import_the_runtime(module):
         for w in graph[v] - seen:
             seen.add(w)
             todo.append(w)
-    assert "distsdfg.runtime" not in seen, f"{module} imports distsdfg.runtime (directly or through others)"
+    assert "distsdfg.runtime.program" not in seen, f"{module} imports distsdfg.runtime.program (directly or through others)"
+
+
+def stage_of(module: str) -> str:
+    return module.split(".")[1]
+
+
+def test_every_module_is_in_a_stage():
+    stray = sorted(m for m in import_graph() if m not in ("distsdfg", "distsdfg.__main__") and stage_of(m) not in STAGES)
+    assert not stray, f"modules outside the stages {STAGES}: {stray}; put them in a stage's subpackage"
+
+
+def test_stages_import_only_earlier_stages():
+    """Imports go down the data flow: schedule -> analysis -> solver -> lowering -> runtime -> launch."""
+    rank = {s: i for i, s in enumerate(STAGES)}
+    up = sorted(f"{m} -> {t}" for m, targets in import_graph().items() if m not in ("distsdfg", "distsdfg.__main__")
+                for t in targets if rank[stage_of(t)] > rank[stage_of(m)])
+    assert not up, "imports of a later stage: " + "; ".join(up)

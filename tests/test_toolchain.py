@@ -1,4 +1,4 @@
-"""The direct CPU build (distsdfg/toolchain.py): one compiler call, a precompiled header, prebuilt
+"""The direct CPU build (distsdfg/runtime/toolchain.py): one compiler call, a precompiled header, prebuilt
 host steps per element type, and DaCe's CMake build where the direct one does not apply."""
 import os
 import subprocess
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import distsdfg
-from distsdfg import toolchain
+from distsdfg.runtime import toolchain
 from distsdfg.mpi.environment import INCLUDE_DIR
 
 N = dace.symbol("N")

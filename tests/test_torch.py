@@ -23,9 +23,9 @@ F = torch.nn.functional
 
 import distsdfg  # noqa: E402
 from distsdfg.testing.mpirun import bytes_mismatch, counted_argv  # noqa: E402
-from distsdfg.sharding import reshape_split  # noqa: E402
+from distsdfg.planner.sharding import reshape_split  # noqa: E402
 from distsdfg.testing.torch_run import block, mlp  # noqa: E402
-from distsdfg.torch_ops import UnsupportedOpError  # noqa: E402
+from distsdfg.frontend.torch_ops import UnsupportedOpError  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOL = 1e-5

@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 
 import distsdfg  # noqa: E402
 from distsdfg.testing.mpirun import bytes_mismatch, counted_argv  # noqa: E402
-from distsdfg.torch_ops import UnsupportedOpError  # noqa: E402
+from distsdfg.frontend.torch_ops import UnsupportedOpError  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

@@ -57,9 +57,9 @@ class DistributedMemlet(dace.sdfg.nodes.LibraryNode):
     Inputs ``_in`` (the source buffer; absent for a fill), ``_plan`` (the plan table) and ``_comm``
     (the communicator's Fortran handle, an int32 scalar), output ``_out`` (the destination buffer).
     ``kind`` is scatter, gather, reduce or fill; the step's blocks per rank live in the plan table,
-    computed by distsdfg.plan.
+    computed by distsdfg.values.plan.
     ``buffers="device"`` hands GPU buffers to MPI directly (CUDA-aware MPI; set by
-    ``distsdfg.gpu.DeviceBufferComm``).
+    ``distsdfg.lowering.gpu.DeviceBufferComm``).
     """
 
     implementations = {"MPI": ExpandDistributedMemletMPI, "MPI_CUDA": ExpandDistributedMemletCUDA}

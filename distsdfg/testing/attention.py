@@ -73,7 +73,7 @@ BATCH, SEQ, EMB, HEADS, HDIM = (dace.symbol(s) for s in ("BATCH", "SEQ", "EMB", 
 SQRT_H = 2.0                                     # sqrt(HDIM) at the test sizes
 MHSA_SIZES = (("BATCH", 2), ("SEQ", 8), ("EMB", 16), ("HEADS", 4), ("HDIM", 4))
 #: The fused form with 2 heads per rank on 4 ranks: a rank's q and k columns are no block of the
-#: product's (B, S, 3E) result, only of its (B, S, H, 3 E_H) view (``solver._refined_layouts``).
+#: product's (B, S, 3E) result, only of its (B, S, H, 3 E_H) view (``solve._refined_layouts``).
 MHSA_FUSED_SIZES = (("BATCH", 2), ("SEQ", 8), ("EMB", 16), ("HEADS", 8), ("HDIM", 2))
 
 

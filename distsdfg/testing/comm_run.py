@@ -55,7 +55,7 @@ def run(p, fn, comm, counters, phase: str) -> dict:
     from mpi4py import MPI
 
     import distsdfg
-    from distsdfg.runtime import symbol_values
+    from ..runtime.program import symbol_values
     from distsdfg.testing.mpirun import _rel_err
     inputs = p.inputs(np.random.default_rng(1234))
     values = symbol_values(fn.sdfg, inputs, dict(p.symbols))

@@ -54,8 +54,8 @@ class Counts:
     """How often this rank planned, lowered a copy, and built a program (C++ compile)."""
 
     def __init__(self):
-        from distsdfg import toolchain
-        from distsdfg.deferred import Deferred
+        from ..runtime import toolchain
+        from ..runtime.deferred import Deferred
         self.n = {"plan": 0, "lower": 0, "build": 0}
         for cls, name, key in ((Deferred, "plan", "plan"), (Deferred, "lower", "lower"),
                                (toolchain, "build_program", "build")):
@@ -100,7 +100,7 @@ def _warm_peak(fn, comm, args, sizes) -> int:
 
 def run_matmul(comm, counts) -> dict:
     import distsdfg
-    from distsdfg.deferred import Deferred
+    from ..runtime.deferred import Deferred
     from distsdfg.testing.programs import get
     sdfg = get("matmul").sdfg()
     sdfg.name = "matmul_deferred_run"
@@ -127,7 +127,7 @@ def run_matmul(comm, counts) -> dict:
 
 def run_mlp(comm, counts) -> dict:
     import distsdfg
-    from distsdfg.deferred import Deferred
+    from ..runtime.deferred import Deferred
     sdfg = mlp_sym.to_sdfg()
     distsdfg.lower(sdfg, "auto", nprocs=comm.size, plan_options={"verify": False})
     rec = {"case": "mlp", "deferred": isinstance(sdfg._distsdfg, Deferred), "calls": []}

@@ -189,7 +189,7 @@ def worker(case_file: str, out_file: str):
 
 # -- the driver ---------------------------------------------------------------------------------------------
 def _batch(cases: List[FuzzCase], timeout: float, workdir: str) -> List[dict]:
-    from ..launch import mpiexec_argv
+    from ..launch.mpiexec import mpiexec_argv
     P = cases[0].nprocs
     case_file = os.path.join(workdir, f"cases_{P}_{cases[0].index}.json")
     out_file = os.path.join(workdir, f"out_{P}_{cases[0].index}.jsonl")

@@ -34,8 +34,8 @@ def classify(name: str, nprocs: int = 4) -> Dict[str, object]:
     import distsdfg
     from distsdfg import dace_compat as dc
     from distsdfg.errors import DistributedLoweringError
-    from distsdfg.kernels import find_kernels
-    from distsdfg.runtime import symbol_values
+    from ..analysis.kernels import find_kernels
+    from ..runtime.program import symbol_values
     from distsdfg.testing.programs import get
     warnings.simplefilter("ignore")
     p = get(name)

@@ -4,7 +4,7 @@
 
 A case is ``MODE|SUITE|CASE``. Every case is lowered with ``target="gpu"`` (``MODE`` ``staged``:
 communication through pinned host copies; ``device``: ``cuda_aware_mpi=True``) and then made to run
-on the host by :func:`distsdfg.gpu.emulate_on_host`: the same buffers, staging copies and steps, with
+on the host by :func:`distsdfg.lowering.gpu.emulate_on_host`: the same buffers, staging copies and steps, with
 device memory replaced by host memory (steps on device buffers run the runtime's device code path,
 ``EmulatedDeviceMem``). ``SUITE`` ``loop`` runs ``CASE`` like ``distsdfg.testing.mpirun`` (inputs on
 rank 0, checked against NumPy there); ``placement`` like ``distsdfg.testing.placement_run`` (every
@@ -28,7 +28,7 @@ PLACEMENT = {
 def _gpu_lower(mode: str, emulate: bool = True):
     """A lowering with target="gpu" in ``mode``, then (``emulate``) made to run on the host."""
     import distsdfg
-    from distsdfg.gpu import emulate_on_host
+    from ..lowering.gpu import emulate_on_host
 
     def lower(sdfg, sched, placement=None):
         distsdfg.lower(sdfg, sched, target="gpu", cuda_aware_mpi=mode == "device", placement=placement)
@@ -39,7 +39,7 @@ def _gpu_lower(mode: str, emulate: bool = True):
 @contextlib.contextmanager
 def _lowering(mode: str, emulate: bool = True):
     """Let mpirun and placement_run lower their cases for the GPU, emulated."""
-    from distsdfg.schedule import as_schedule
+    from ..values.schedule import as_schedule
     from distsdfg.testing import mpirun, placement_run
     lower = _gpu_lower(mode, emulate)
 

@@ -35,8 +35,8 @@ def parse_case(text: str):
 
 
 def _lower(sdfg, sched, target: str, buffers: str):
-    from distsdfg.pipeline import lower_sdfg
-    from distsdfg.schedule import as_schedule
+    from ..lowering.pipeline import lower_sdfg
+    from ..values.schedule import as_schedule
     lower_sdfg(sdfg, as_schedule(sched), target=target, comm=buffers)
 
 
@@ -61,7 +61,7 @@ def _run_placed(text, p, sdfg, sched, comm):
     """Every rank passes its blocks of the arrays (scalars whole) and returns its block of the
     result; rank 0 assembles the blocks and compares with NumPy (programs with a return value)."""
     import distsdfg
-    from distsdfg.runtime import symbol_values
+    from ..runtime.program import symbol_values
     symbols = dict(p.symbols)
     inputs = p.inputs(np.random.default_rng(1234))
     values = symbol_values(sdfg, inputs, symbols)
@@ -86,7 +86,7 @@ def _run_placed(text, p, sdfg, sched, comm):
 def run_auto(text: str, comm, target: str = "cpu", buffers: str = "host"):
     """``program:auto``: the planner chooses the schedule for the communicator's size."""
     import distsdfg
-    from distsdfg.runtime import idle_bcast, symbol_values
+    from ..runtime.program import idle_bcast, symbol_values
     from distsdfg.testing.programs import get
     p = get(text.split(":")[0])
     sdfg = p.sdfg()
@@ -100,14 +100,14 @@ def run_auto(text: str, comm, target: str = "cpu", buffers: str = "host"):
 
 def _run_lowered(text, p, sdfg, sched, comm):
     import distsdfg
-    from distsdfg.runtime import symbol_values
+    from ..runtime.program import symbol_values
     symbols = dict(p.symbols)
     rng = np.random.default_rng(1234)
     inputs = p.inputs(rng)
     values = symbol_values(sdfg, inputs, symbols)
     counts = {k: v for k, v in inputs.items() if isinstance(v, (int, np.integer))}   # loop bounds
     counts.update({k: v for k, v in values.items() if k in sdfg.symbols})
-    from distsdfg.inspector import inputs_of      # arrays whose values bound blocks (a CSR row pointer)
+    from ..solver.inspector import inputs_of      # arrays whose values bound blocks (a CSR row pointer)
     counts.update({k: inputs[k] for k in inputs_of(sdfg)})
     report = distsdfg.comm_report(sdfg, nprocs=comm.size, **counts) if comm.rank == 0 else None   # rank 0 compares
     fn = distsdfg.compile(sdfg, comm=comm)
@@ -134,7 +134,7 @@ def _run_lowered(text, p, sdfg, sched, comm):
 
 
 def _reversed_rows(inputs, db):
-    """``inputs`` with the rows of the CSR matrix of ``db`` (``distsdfg.inspector.DataBounds``) in
+    """``inputs`` with the rows of the CSR matrix of ``db`` (``distsdfg.solver.inspector.DataBounds``) in
     reverse order: the same sizes, other per-rank ranges."""
     ptr = inputs[db.pointer].astype(np.int64)
     rows = [slice(ptr[i], ptr[i + 1]) for i in range(len(ptr) - 1)][::-1]
@@ -225,7 +225,7 @@ def run_cases(out_path: str, cases, run, quiet=("trace",)) -> None:
 
 def counted_argv(nprocs: int, script, timeout: float):
     """mpiexec argv whose ranks preload the PMPI byte counter (built once, with the bundled mpicc)."""
-    from distsdfg.launch import mpiexec_argv
+    from ..launch.mpiexec import mpiexec_argv
     from distsdfg.testing import pmpi
     return mpiexec_argv(nprocs, script, timeout=timeout, genv=pmpi.mpiexec_env())
 

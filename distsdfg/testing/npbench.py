@@ -229,7 +229,7 @@ def _error_line(exc: Exception) -> str:
 
 
 def _baseline(bench: Bench, suffix: str = "") -> dict:
-    from distsdfg.runtime import symbol_values
+    from ..runtime.program import symbol_values
     t0 = time.time()
     try:
         args = bench.arguments()
@@ -293,7 +293,7 @@ def whole_on_rank0(bench: Bench) -> Dict[str, List[str]]:
     """The maps the lowering leaves whole on rank 0 (their ranges or accesses depend on a symbol the
     program sets while it runs), with those symbols; found on a fresh copy of the program."""
     from distsdfg import dace_compat as dc
-    from distsdfg.kernels import find_kernels
+    from ..analysis.kernels import find_kernels
     try:
         sdfg = bench.program().to_sdfg()
         dc.simplify(sdfg)

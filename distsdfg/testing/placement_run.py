@@ -35,7 +35,7 @@ CASES = {
     "mlp_sgd:auto x5": ("mlp_sgd", "auto", "distributed", 5),
     "jacobi2d:2,2 x2": ("jacobi2d", {"*": (2, 2)}, "distributed", 2),
     "flagged:4": ("flagged", {"*": (4,)}, "distributed", 1),
-    # The per-rank symbols passed packed in one array (distsdfg.dace_compat_pack), forced by a threshold of 0.
+    # The per-rank symbols passed packed in one array (distsdfg.dace_compat.pack), forced by a threshold of 0.
     "jacobi2d:2,2 x2:packed": ("jacobi2d", {"*": (2, 2)}, "distributed", 2),
     "mlp_sgd:auto x5:packed": ("mlp_sgd", "auto", "distributed", 5),
     "npy": ("affine", {"*": (4, 1)}, "distributed", 1),
@@ -96,7 +96,7 @@ def run_case(case: str, comm, tag: int) -> dict:
     import distsdfg
     from distsdfg.testing.mpirun import counted_call
     from distsdfg.testing.programs import get
-    from distsdfg.placement import global_sizes
+    from ..lowering.placement import global_sizes
     name, sched, placement, calls = CASES[case]
     p = get(name)
     rank, P = comm.rank, comm.size

@@ -11,8 +11,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from ..redistribute import Box, CommPlan, intersect
-from ..tiling import block_span
+from ..solver.redistribute import Box, CommPlan, intersect
+from ..analysis.tiling import block_span
 
 _OPS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 _IDENTITY = {"sum": 0.0, "prod": 1.0, "max": -np.inf, "min": np.inf}

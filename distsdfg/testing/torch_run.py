@@ -98,8 +98,8 @@ def _rel(a, b) -> float:
 def run_case(case: str, comm) -> dict:
     import distsdfg
     from distsdfg.testing.mpirun import counted_call
-    from distsdfg.torch_frontend import from_torch
-    from distsdfg.torch_training import from_torch_train_step
+    from ..frontend.torch_frontend import from_torch
+    from ..frontend.torch_training import from_torch_train_step
     torch = _torch()
     model_name, mode, shard, *rest = case.split(":")
     placement = rest[0] if rest else None        # "distributed": every rank passes its own blocks

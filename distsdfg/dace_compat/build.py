@@ -1,0 +1,295 @@
+"""Adapter (DaCe 1.0.2), building: BLAS expansions, code generation and loading, compiler flags,
+the MPI toolchain on PATH, and the by-value sequential Reduce expansion.
+
+Part of the ``dace_compat`` layer (which re-exports these names); nothing here imports the rest of
+the package's DaCe adapter.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import List, Optional
+
+import dace
+import dace.library
+from dace.sdfg import SDFG, nodes
+from dace.transformation.transformation import ExpandTransformation
+
+
+def mpi_bin_dir() -> Optional[str]:
+    """Folder of the bundled MPI's executables (the venv's bin), if present."""
+    import sys
+    cand = os.path.join(sys.prefix, "bin")
+    if os.path.exists(os.path.join(cand, "mpiexec")):
+        return cand
+    import shutil
+    exe = shutil.which("mpiexec")
+    return os.path.dirname(exe) if exe else None
+
+
+def ensure_mpi_on_path() -> None:
+    """CMake finds the PyPI MPI only with the venv's bin on PATH."""
+    b = mpi_bin_dir()
+    if b and b not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = b + os.pathsep + os.environ.get("PATH", "")
+
+
+# -- BLAS: which expansion DaCe's BLAS library nodes take ------------------------------------------------
+# MatMul and Einsum expand ("specialize") into Gemm, Gemv, Dot or BatchedMatMul (einsum: through MatMul);
+# those four have no node default and take the BLAS library's default_implementation, then the
+# configuration's library.blas.default_implementation ("pure": DaCe's reference loop nests).
+
+def blas_library():
+    import dace.libraries.blas as blas
+    return blas
+
+
+def blas_implementation() -> str:
+    """The expansion a Gemm/Gemv/Dot/BatchedMatMul without its own ``implementation`` takes now."""
+    from dace.config import Config
+    lib = blas_library().default_implementation
+    return lib if lib is not None else str(Config.get("library", "blas", "default_implementation"))
+
+
+def blas_chosen_by_user() -> bool:
+    """Whether someone already set a BLAS other than DaCe's reference expansion."""
+    from dace.config import Config
+    return (blas_library().default_implementation is not None
+            or Config.get("library", "blas", "default_implementation") != "pure")
+
+
+def use_blas_implementation(name: str) -> None:
+    """Make ``name`` ("MKL" or "OpenBLAS") the default expansion of the BLAS library nodes and of the
+    LAPACK and linalg nodes (``np.linalg``: cholesky, solve, inv), so that one program includes one
+    vendor's headers (``mkl.h`` and OpenBLAS's ``cblas.h`` declare the same CBLAS enums). Nodes that
+    have no such implementation (Ger, Axpy: never made by the NumPy frontend) keep their reference one."""
+    blas = blas_library()
+    blas.default_implementation = name
+    for cls in (blas.Gemm, blas.Gemv, blas.Dot, blas.BatchedMatMul, blas.Ger, blas.Axpy):
+        if name not in cls.implementations and cls.default_implementation is None:
+            cls.default_implementation = "pure"
+    import dace.libraries.lapack as lapack
+    import dace.libraries.linalg as linalg
+    for lib in (lapack, linalg):
+        if lib.default_implementation in (None, "MKL", "OpenBLAS"):
+            lib.default_implementation = name
+
+
+def use_openblas_environment(include: str, library: str) -> None:
+    """Point DaCe's OpenBLAS environment (which otherwise asks CMake's FindBLAS/FindLAPACK for a
+    system OpenBLAS) at the folder of its headers and at the library file, linked by full path."""
+    from dace.libraries.blas.environments.openblas import OpenBLAS
+    OpenBLAS.cmake_packages = []
+    OpenBLAS.cmake_variables = {}
+    OpenBLAS.cmake_link_flags = []
+    OpenBLAS.cmake_includes = [str(include)]
+    OpenBLAS.cmake_libraries = staticmethod(lambda: [str(library)])
+    OpenBLAS.is_installed = staticmethod(lambda: True)
+
+
+def openblas_environment() -> tuple:
+    """(include folders, libraries) of DaCe's OpenBLAS environment now."""
+    from dace.libraries.blas.environments.openblas import OpenBLAS
+    inc = OpenBLAS.cmake_includes
+    return list(inc() if callable(inc) else inc), list(OpenBLAS.cmake_libraries())
+
+
+def blas_nodes(sdfg: SDFG) -> List[nodes.LibraryNode]:
+    """The library nodes of DaCe's BLAS library (MatMul, Gemm, Gemv, Dot, BatchedMatMul, Einsum, ...)."""
+    return [n for n, _ in sdfg.all_nodes_recursive()
+            if isinstance(n, nodes.LibraryNode) and getattr(type(n), "_dace_library_name", "") == "blas"]
+
+
+def batched_products(sdfg: SDFG) -> List[nodes.LibraryNode]:
+    """BatchedMatMul nodes, and MatMul nodes that will specialize into one (an operand of three dimensions)."""
+    blas = blas_library()
+    out = []
+    for node, state in sdfg.all_nodes_recursive():
+        if isinstance(node, blas.BatchedMatMul):
+            out.append(node)
+        elif isinstance(node, blas.MatMul) and any(
+                not e.data.is_empty() and len([s for s in e.data.subset.size() if s != 1]) >= 3
+                for e in state.in_edges(node)):
+            out.append(node)
+    return out
+
+
+def mkl_link_library() -> List[str]:
+    """What DaCe's MKL environment links (it reads $MKLROOT)."""
+    return list(blas_library().IntelMKL.cmake_libraries())
+
+
+def generate_code(sdfg: SDFG, validate: bool = True, rename_if_loaded: bool = False, wrap=None):
+    """(program, code objects): a copy of ``sdfg`` prepared as ``SDFG.compile`` prepares it (its build
+    folder fixed, scope connectors filled; renamed ``name_0``, ... if ``rename_if_loaded`` and a library of
+    its name is loaded in this process) and the code DaCe generates for it. ``wrap``: a function that
+    takes the copy over and returns the SDFG to compile (``dace_compat_pack.pack_symbols``)."""
+    import copy
+    from dace.codegen import codegen
+    program = copy.deepcopy(sdfg)
+    program.build_folder = sdfg.build_folder
+    index = 0
+    while rename_if_loaded and program.is_loaded():
+        program.name = f"{sdfg.name}_{index}"
+        index += 1
+    if wrap is not None:
+        program = wrap(program)
+    program.fill_scope_connectors()
+    return program, codegen.generate_code(program, validate=validate)
+
+
+_private_copies = 0
+
+
+def load_compiled(folder: str, program: Optional[SDFG] = None):
+    """Load the program built in ``folder`` (DaCe's ``load_precompiled_sdfg``, made safe for many
+    processes sharing the folder). ``program``: the SDFG the build was generated from, when the
+    caller holds it (the builder: as DaCe's ``SDFG.compile`` does, instead of reading back the
+    ``program.sdfg`` it has just written, seconds for a large program).
+
+    When this process already has the library loaded (the same program compiled twice), DaCe copies
+    it to ``lib<name>.so_`` in the shared build folder and loads the copy, so every rank of a job
+    rewrites that one file while other ranks execute from it (a segfault in ``__dace_init``). Here
+    the copy is private to the process, written under a temporary name and moved into place, and
+    unlinked once loaded: no file that any process has mapped is ever rewritten.
+    """
+    global _private_copies
+    import shutil
+    from dace.codegen import compiled_sdfg as csdfg
+    from dace.config import Config
+    if program is None:
+        program = SDFG.from_file(os.path.join(folder, "program.sdfg"))
+    ext = Config.get("compiler", "library_extension")
+    lib = os.path.join(folder, "build", f"lib{program.name}.{ext}")
+    if not csdfg.ReloadableDLL(lib, program.name).is_loaded():
+        return csdfg.CompiledSDFG(program, csdfg.ReloadableDLL(lib, program.name))
+    _private_copies += 1
+    copy_path = f"{lib}.{os.getpid()}.{_private_copies}"
+    shutil.copyfile(lib, copy_path + ".tmp")
+    os.replace(copy_path + ".tmp", copy_path)
+    try:
+        return csdfg.CompiledSDFG(program, csdfg.ReloadableDLL(copy_path, program.name))
+    finally:
+        os.remove(copy_path)             # mapped pages stay valid; the folder stays clean
+
+
+def cxx_compiler() -> str:
+    """The C++ compiler DaCe's CMake build uses: the configured one, else $CXX, else c++."""
+    from dace.config import Config
+    import shutil
+    exe = Config.get("compiler", "cpu", "executable") or os.environ.get("CXX") or "c++"
+    return shutil.which(exe) or exe
+
+
+def fresh_return_arrays(compiled) -> None:
+    """Make the next call of a DaCe ``CompiledSDFG`` allocate new return arrays (DaCe 1.0.2 reuses
+    them between calls of equal sizes), so that the caller may keep them without a copy."""
+    clear = getattr(compiled, "clear_return_values", None)
+    if clear is not None:
+        clear()
+
+
+#: CMake build type of the ranks' code when the user kept DaCe's default (``RelWithDebInfo``, whose
+#: ``-O2`` comes after DaCe's ``-O3`` on the compiler line and wins: GCC 12 then vectorizes only
+#: loops of known trip counts without epilogues, not reductions or ``exp`` chains).
+BUILD_TYPE = "Release"
+
+
+@contextlib.contextmanager
+def release_build():
+    """Build with ``-O3`` (``compiler.build_type = Release``) unless the user chose a build type
+    other than DaCe's default (``DISTSDFG_BUILD_TYPE`` overrides); restored afterwards."""
+    from dace.config import Config
+    old = Config.get("compiler", "build_type")
+    want = os.environ.get("DISTSDFG_BUILD_TYPE") or (BUILD_TYPE if old == "RelWithDebInfo" else old)
+    Config.set("compiler", "build_type", value=want)
+    try:
+        yield want
+    finally:
+        Config.set("compiler", "build_type", value=old)
+
+
+#: The Reduce implementation ``distsdfg.lowering.optimize`` gives plain reductions (``sequential_reduce``).
+SEQ_REDUCE = "distsdfg-seq"
+
+
+@dace.library.expansion
+class ExpandReduceSequentialByValue(ExpandTransformation):
+    """DaCe's ``pure-seq`` Reduce expansion (a map over the kept axes around a sequential loop over
+    the reduced ones, accumulating in a one-element register array) whose accumulator a tasklet
+    reads out by value. DaCe 1.0.2 copies it out with ``CopyND``, which takes its address, and
+    GCC then keeps it in memory and does not vectorize the loop. At module level so that an SDFG's
+    transformation history naming it deserializes (``pydoc.locate``)."""
+    environments = []
+
+    @staticmethod
+    def expansion(node, state, sdfg):
+        from dace.libraries.standard.nodes.reduce import ExpandReducePureSequentialDim
+        nsdfg = ExpandReducePureSequentialDim.expansion(node, state, sdfg)
+        for st in nsdfg.states():
+            for e in list(st.edges()):
+                if (isinstance(e.src, nodes.AccessNode) and e.src.data == "acc"
+                        and isinstance(e.dst, nodes.MapExit) and e.data.wcr is None):
+                    t = st.add_tasklet("read_acc", {"_a"}, {"_o"}, "_o = _a")
+                    st.add_edge(e.src, None, t, "_a", dace.Memlet("acc[0]"))
+                    st.add_edge(t, "_o", e.dst, e.dst_conn, e.data)
+                    st.remove_edge(e)
+        return nsdfg
+
+
+def sequential_reduce() -> str:
+    """Register (once) and name the Reduce implementation ``ExpandReduceSequentialByValue``."""
+    from dace.libraries.standard.nodes.reduce import Reduce
+    if SEQ_REDUCE not in Reduce.implementations:
+        Reduce.register_implementation(SEQ_REDUCE, ExpandReduceSequentialByValue)
+    return SEQ_REDUCE
+
+
+def rename_data(sdfg: SDFG, old: str, new: str) -> None:
+    """Rename the data container ``old`` to ``new`` in the descriptors, states and interstate edges."""
+    sdfg.replace_dict({old: new})
+
+
+def to_json(sdfg: SDFG) -> str:
+    import json
+    return json.dumps(sdfg.to_json())
+
+
+def from_json(text: str) -> SDFG:
+    import json
+    return SDFG.from_json(json.loads(text))
+
+
+def reinitialise(compiled) -> None:
+    """Make a CompiledSDFG initialise itself again on its next call (DaCe sizes persistent
+    buffers at initialisation and never again)."""
+    if getattr(compiled, "_initialized", False):
+        compiled.finalize()
+
+
+class allow_view_arguments:
+    """Context: let a compiled SDFG take NumPy views as array arguments (we check contiguity)."""
+
+    def __enter__(self):
+        from dace.config import Config
+        self.old = Config.get_bool("compiler", "allow_view_arguments")
+        Config.set("compiler", "allow_view_arguments", value=True)
+
+    def __exit__(self, *exc):
+        from dace.config import Config
+        Config.set("compiler", "allow_view_arguments", value=self.old)
+
+
+def order_return_arrays(sdfg: SDFG) -> None:
+    """Zero-pad ``__return_<k>`` names so that DaCe 1.0.2, which returns a tuple in the sorted
+    order of those names, returns ``__return_10`` after ``__return_9`` (not after ``__return_1``)."""
+    import re
+    found = {int(m.group(1)): name for name in list(sdfg.arrays)
+             if (m := re.fullmatch(r"__return_(\d+)", name))}
+    if len(found) <= 10:
+        return
+    width = len(str(max(found)))
+    for k, name in sorted(found.items()):
+        new = f"__return_{k:0{width}d}"
+        if new != name:
+            rename_data(sdfg, name, new)

@@ -1,0 +1,1 @@
+"""The PyTorch frontend: torch.export graphs (forward and training steps) as DaCe programs."""

@@ -1,0 +1,56 @@
+"""Decompositions the PyTorch frontend adds to ``torch.export.default_decompositions()``.
+
+PyTorch's CPU ``F.scaled_dot_product_attention`` runs a fused kernel whose backward
+(``aten._scaled_dot_product_flash_attention_for_cpu_backward``) has no decomposition of its
+own. Here it is written in core operators: the attention probabilities are recomputed from
+the queries and keys (with the causal or given mask), then the textbook gradients
+``dV = P^T dO``, ``dS = P * (dO V^T - rowsum(dO * O))``, ``dQ = scale * dS K``,
+``dK = scale * dS^T Q``. Tracing with this table turns the backward into batched products,
+a softmax and element-wise kernels that ``torch_ops`` translates.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import TorchFrontendError
+
+__all__ = ["train_decompositions"]
+
+
+def _sdpa_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None,
+                       scale=None):
+    import torch
+    if dropout_p:
+        raise TorchFrontendError(
+            f"scaled_dot_product_attention with dropout_p={dropout_p} in a training step: random dropout is not "
+            f"supported; use dropout 0 (or model.eval())")
+    L, S = query.shape[-2], key.shape[-2]
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = torch.matmul(query, key.transpose(-2, -1)) * scale
+    if is_causal:
+        rows = torch.arange(L, device=query.device).unsqueeze(1)
+        cols = torch.arange(S, device=query.device).unsqueeze(0)
+        scores = scores.masked_fill(cols > rows, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(attn_mask.logical_not(), float("-inf"))
+        else:
+            scores = scores + attn_mask
+    probs = torch.softmax(scores, dim=-1)
+    grad_value = torch.matmul(probs.transpose(-2, -1), grad_out)
+    grad_probs = torch.matmul(grad_out, value.transpose(-2, -1))
+    delta = (grad_out * out).sum(dim=-1, keepdim=True)
+    grad_scores = probs * (grad_probs - delta)
+    grad_query = torch.matmul(grad_scores, key) * scale
+    grad_key = torch.matmul(grad_scores.transpose(-2, -1), query) * scale
+    return grad_query, grad_key, grad_value
+
+
+def train_decompositions() -> dict:
+    """``torch.export.default_decompositions()`` plus the frontend's own decompositions."""
+    import torch
+    table = dict(torch.export.default_decompositions())
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+    if op is not None:
+        table[op.default] = _sdpa_cpu_backward
+    return table

@@ -1,0 +1,221 @@
+"""Training steps from PyTorch: forward, backward and the optimizer update as one DaCe program.
+
+``from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_targets)`` records the
+loss's forward and PyTorch's own autograd backward with ``torch.export`` (``torch_frontend``),
+then appends the update of every parameter by SGD, Adam or AdamW (with their hyper-parameters
+per parameter group) as element-wise maps, and returns a ``TorchProgram`` whose arguments are
+the parameters, the optimizer state and the batch, and whose call returns the loss and writes
+the updated parameters and state in place.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+from ..checks import example_tensors as _example_tensors
+from ..checks import require_module as _require_module
+from ..errors import TorchFrontendError
+from .torch_decomp import train_decompositions
+from .torch_emit import Emitter, Val, literal
+from .torch_frontend import (Argument, TorchProgram, array_name, emit_graph, finish_program, index_bounds,
+                             node_meta, output_vals, to_numpy, torch_module)
+
+__all__ = ["from_torch_train_step"]
+
+
+_OPTIMIZERS = ("SGD", "Adam", "AdamW")
+
+
+def _optimizer_groups(optimizer, params: Dict[str, object]) -> Tuple[str, Dict[str, Tuple[int, dict]]]:
+    """``(kind, {param key: (group index, hyper-parameters)})`` for the parameters it updates."""
+    kind = type(optimizer).__name__
+    if kind not in _OPTIMIZERS:
+        raise TorchFrontendError(f"optimizer {kind} is not supported; use one of {', '.join(_OPTIMIZERS)}")
+    by_id = {id(p): k for k, p in params.items()}
+    out = {}
+    for g, group in enumerate(optimizer.param_groups):
+        for p in group["params"]:
+            if id(p) not in by_id:
+                raise TorchFrontendError("the optimizer updates a tensor that is not a parameter of the module")
+            if group.get("differentiable") or group.get("capturable"):
+                raise TorchFrontendError(f"{kind} with differentiable=True or capturable=True is not supported")
+            out[by_id[id(p)]] = (g, group)
+    return kind, out
+
+
+def _update_code(kind: str, h: dict, dtype) -> List[str]:
+    """Tasklet lines of one optimizer step for one element.
+
+    Connectors: ``p`` (parameter in), ``g`` (gradient), ``lr``, ``s`` (step count after this step),
+    ``<state>`` in and ``<state>_out``; writes ``p_out``."""
+    L = lambda v: literal(v, dtype)  # noqa: E731
+    code = ["d = g"]
+    wd = h.get("weight_decay", 0.0)
+    if kind == "AdamW" and wd:
+        code.append(f"q = p * ({L(1)} - lr * {L(wd)})")
+    else:
+        code.append("q = p")
+        if wd:
+            code.append(f"d = d + {L(wd)} * p")
+    if h.get("maximize"):
+        code.append("d = -d")
+    if kind == "SGD":
+        mom, damp = h.get("momentum", 0.0), h.get("dampening", 0.0)
+        if mom:
+            code.append(f"b = (d if s == 1 else {L(mom)} * buf + {L(1 - damp)} * d)")
+            code.append("buf_out = b")
+            code.append(f"d = d + {L(mom)} * b" if h.get("nesterov") else "d = b")
+        code.append("p_out = q - lr * d")
+    else:
+        b1, b2 = h["betas"]
+        eps = h["eps"]
+        code.append(f"m = exp_avg + {L(1 - b1)} * (d - exp_avg)")
+        code.append(f"v = {L(b2)} * exp_avg_sq + {L(1 - b2)} * d * d")
+        code.append("exp_avg_out = m")
+        code.append("exp_avg_sq_out = v")
+        code.append(f"bc1 = 1.0 - {float(b1)!r} ** s")
+        code.append(f"bc2 = 1.0 - {float(b2)!r} ** s")
+        if h.get("amsgrad"):
+            code.append("vm = max(max_exp_avg_sq, v)")
+            code.append("max_exp_avg_sq_out = vm")
+            code.append(f"den = math.sqrt(vm) / math.sqrt(bc2) + {L(eps)}")
+        else:
+            code.append(f"den = math.sqrt(v) / math.sqrt(bc2) + {L(eps)}")
+        code.append("p_out = q - (lr / bc1) * m / den")
+    return code
+
+
+def _states(kind: str, h: dict) -> List[str]:
+    if kind == "SGD":
+        return ["momentum_buffer"] if h.get("momentum", 0.0) else []
+    return ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if h.get("amsgrad") else [])
+
+
+_CONN = {"momentum_buffer": "buf", "exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq", "max_exp_avg_sq": "max_exp_avg_sq"}
+_CONN_NAMES = tuple(_CONN.values())
+
+
+_NAMES = ("p", "g", "lr", "s", "d", "q", "b", "m", "v", "vm", "bc1", "bc2", "den", *_CONN_NAMES)
+
+
+def _private(conns):
+    """Connector names as the update code writes them, made private (``p`` -> ``_p``)."""
+    return [("_" + c, arr, sub) for c, arr, sub in conns]
+
+
+def _private_code(lines: List[str]) -> str:
+    pattern = re.compile(r"\b(" + "|".join(sorted(_NAMES, key=len, reverse=True)) + r")(_out)?\b")
+    return "\n".join(pattern.sub(lambda m: "_" + m.group(0), ln) for ln in lines)
+
+
+def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_targets) -> TorchProgram:
+    """One training step (forward, ``loss_fn(module(x), y)``, backward, ``optimizer.step()``) as one program.
+
+    Called with ``arguments(x, y)``, the SDFG updates the parameter and optimizer-state arrays
+    in place and returns the loss (computed before the update, like ``loss.item()`` in a torch
+    loop). Gradients come from PyTorch's autograd (``torch.func.grad_and_value`` traced with
+    ``make_fx`` and decomposed to core ATen). Optimizers: SGD (momentum, dampening, Nesterov,
+    weight decay, maximize), Adam and AdamW (amsgrad, weight decay, maximize)."""
+    torch = torch_module()
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    _require_module(module, "from_torch_train_step")
+    if not callable(loss_fn):
+        raise TorchFrontendError(f"loss_fn must be callable as loss_fn(output, target), got {type(loss_fn).__name__} "
+                                 f"(e.g. torch.nn.functional.mse_loss or torch.nn.MSELoss())")
+    xs = _example_tensors(example_inputs, "example_inputs")
+    ys = _example_tensors(example_targets, "example_targets")
+    if len(ys) != 1:    # a one-element tuple is the target itself
+        raise TorchFrontendError(f"example_targets has {len(ys)} tensors; a training step takes one target "
+                                 f"(loss_fn(output, target)): pass one tensor, or stack the targets into one")
+    y = ys[0]
+    params = dict(module.named_parameters())
+    trained = {k: p for k, p in params.items() if p.requires_grad}
+    frozen = {k: p for k, p in params.items() if not p.requires_grad}
+    buffers = dict(module.named_buffers())
+    kind, groups = _optimizer_groups(optimizer, trained)
+    keys = list(trained)
+    fkeys, bkeys = list(frozen), list(buffers)
+
+    def step(tp, fp, bufs, xs_, y_):
+        def loss_of(tp_):
+            state = {**dict(zip(keys, tp_)), **dict(zip(fkeys, fp)), **dict(zip(bkeys, bufs))}
+            out = torch.func.functional_call(module, state, xs_)
+            return loss_fn(out, y_)
+        grads, loss = torch.func.grad_and_value(loss_of)(tp)
+        return (loss, *grads)
+
+    detach = lambda d: tuple(v.detach() for v in d.values())  # noqa: E731
+    try:
+        gm = make_fx(step, decomposition_table=train_decompositions(), record_stack_traces=True)(
+            detach(trained), detach(frozen), detach(buffers), tuple(t.detach() for t in xs), y.detach())
+    except TorchFrontendError:
+        raise
+    except Exception as exc:
+        raise TorchFrontendError(f"tracing the training step of {type(module).__name__} failed: {exc}") from exc
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    sources = ([("parameter", k, trained[k]) for k in keys] + [("parameter", k, frozen[k]) for k in fkeys]
+               + [("buffer", k, buffers[k]) for k in bkeys]
+               + [("input", str(i), None) for i in range(len(xs))] + [("target", str(len(xs)), None)])
+    if len(placeholders) != len(sources):
+        raise TorchFrontendError(f"traced {len(placeholders)} inputs, expected {len(sources)}")
+    em = Emitter()
+    env, args, values, taken = {}, [], {}, set()
+    sig = inspect.signature(module.forward)
+    input_names = [p for p in sig.parameters][:len(xs)]
+    for node, (akind, src, tensor) in zip(placeholders, sources):
+        (shape, dtype), = node_meta(node)
+        if akind in ("parameter", "buffer"):
+            name = array_name(src, taken)
+            values[name] = to_numpy(tensor, src).reshape(shape or (1,))
+        else:
+            base = input_names[int(src)] if akind == "input" and int(src) < len(input_names) else \
+                ("target" if akind == "target" else f"input{src}")
+            name = array_name(base, taken)
+        em.reserve(name)
+        args.append(Argument(name, akind, src, shape, dtype))
+        env[node] = Val(name, shape, dtype)
+    outs = emit_graph(em, gm.graph, env)
+    loss, grads = outs[0], outs[1:]
+    loss_out = output_vals(em, [loss], {a.name for a in args})
+
+    # Optimizer: a step counter, one learning rate per group, then one update kernel per parameter.
+    step_arg = Argument(array_name("optim_step", taken), "step", "step", (1,), np.dtype(np.float64))
+    args.append(step_arg)
+    first_state = optimizer.state.get(next(iter(trained.values()), None), {}) if trained else {}
+    values[step_arg.name] = np.array([float(first_state.get("step", 0.0))], dtype=np.float64)
+    lr_args = {}
+    for g, group in enumerate(optimizer.param_groups):
+        a = Argument(array_name(f"optim_lr_{g}", taken), "lr", str(g), (1,), np.dtype(np.float64))
+        args.append(a)
+        values[a.name] = np.array([float(group["lr"])], dtype=np.float64)
+        lr_args[g] = a.name
+    em.kernel("optim_step", (1,), [("_c", step_arg.name, "0")], [("_c_out", step_arg.name, "0")], "_c_out = _c + 1.0")
+    for key, grad in zip(keys, grads):
+        if key not in groups:
+            continue
+        g, h = groups[key]
+        p = next(a for a in args if a.kind == "parameter" and a.source == key)
+        grad = em.materialize(grad, f"grad_{p.name}")
+        if grad.dtype != p.dtype:
+            grad = em.elementwise(f"grad_{p.name}_cast", p.shape, p.dtype, [grad], "a0")
+        full = ", ".join(f"i{d}" for d in range(len(p.shape or (1,))))
+        reads = [("p", p.name, full), ("g", grad.name, full), ("lr", lr_args[g], "0"), ("s", step_arg.name, "0")]
+        writes = [("p_out", p.name, full)]
+        opt_state = optimizer.state.get(trained[key], {})
+        for st in _states(kind, h):
+            sa = Argument(array_name(f"{p.name}__{st}", taken), "state", f"{key}:{st}", p.shape, p.dtype)
+            args.append(sa)
+            init = opt_state.get(st)
+            values[sa.name] = (to_numpy(init, sa.name).reshape(p.shape or (1,)) if init is not None
+                               else np.zeros(p.shape or (1,), dtype=p.dtype))
+            reads.append((_CONN[st], sa.name, full))
+            writes.append((_CONN[st] + "_out", sa.name, full))
+        code = _update_code(kind, h, p.dtype)
+        em.kernel(f"{kind.lower()}_{p.name}", p.shape, _private(reads), _private(writes), _private_code(code))
+    names = {node: env[node].name for node in placeholders}
+    return finish_program("torchstep", module, em, args, loss_out, values, True, index_bounds(gm.graph, names))

@@ -1,0 +1,1 @@
+"""Box algebra on concrete index ranges, and an index of many boxes (no DaCe)."""

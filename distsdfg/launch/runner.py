@@ -1,0 +1,242 @@
+"""``distsdfg run``: what every rank executes (lower, compile once, call, check).
+
+The command line spawns ``mpiexec`` (or ``srun`` inside a Slurm allocation) running
+``python -m mpi4py -m distsdfg run ... --here``; ``--here`` runs in the current MPI world.
+A program module may define ``inputs(sizes) -> dict`` (the keyword arguments to call the
+program with); otherwise every array argument gets random data of its shape and dtype.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+import traceback
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+__all__ = ["load_program", "parse_schedule", "random_inputs", "run_program"]
+
+
+def load_program(spec: str):
+    """``FILE.py[:FUNCTION]`` -> (the @dace.program, its module)."""
+    import dace
+
+    from ..errors import CommandLineError
+    path, _, func = spec.partition(":")
+    if not os.path.isfile(path):
+        raise CommandLineError(f"no program file {path!r}: give FILE.py[:FUNCTION], a Python file that defines a "
+                               f"@dace.program")
+    modname = os.path.splitext(os.path.basename(path))[0]
+    loader = importlib.util.spec_from_file_location(modname, path)
+    mod = importlib.util.module_from_spec(loader)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        loader.loader.exec_module(mod)
+    except Exception as exc:
+        raise CommandLineError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
+    progs = {k: v for k, v in vars(mod).items() if isinstance(v, dace.frontend.python.parser.DaceProgram)}
+    if func:
+        if not hasattr(mod, func):
+            raise CommandLineError(f"{path} has no function {func!r} (its dace programs: "
+                                   f"{', '.join(sorted(progs)) or 'none'})")
+        prog = getattr(mod, func)
+        if not isinstance(prog, dace.frontend.python.parser.DaceProgram):
+            raise CommandLineError(f"{path}:{func} is a {type(prog).__name__}, not a @dace.program; decorate it "
+                                   f"with @dace.program")
+        return prog, mod
+    if len(progs) != 1:
+        raise CommandLineError(f"{path} defines {len(progs)} dace programs"
+                               f"{' (' + ', '.join(sorted(progs)) + ')' if progs else ''}; name one as "
+                               f"{path}:FUNCTION")
+    return next(iter(progs.values())), mod
+
+
+def parse_schedule(items: Optional[Sequence[str]], sdfg):
+    """``KEY=2,2,1 ...`` (keys or labels), a ``FILE.json``, or None/empty (all ones)."""
+    import distsdfg
+    if not items:
+        return {}
+    from ..errors import CommandLineError
+    if len(items) == 1 and items[0].endswith(".json"):
+        if not os.path.isfile(items[0]):
+            raise CommandLineError(f"no schedule file {items[0]!r}")
+        with open(items[0]) as f:
+            return distsdfg.Schedule.from_json(f.read())
+    grids = {}
+    for item in items:
+        name, _, grid = item.partition("=")
+        try:
+            if not name or not grid:
+                raise ValueError
+            grids[name] = tuple(int(x) for x in grid.split(","))
+        except ValueError:
+            raise CommandLineError(f"schedule item {item!r} is not KEY=D1,D2,... (integers, e.g. gemm_map=2,2,1), "
+                                   f"'auto' or a FILE.json") from None
+    return distsdfg.schedule_by_label(sdfg, grids)
+
+
+def random_inputs(sdfg, sizes: Dict[str, int], seed: int = 0) -> Dict[str, object]:
+    """Random data for every array and scalar argument of ``sdfg`` (its shapes, its dtypes)."""
+    from dace import data as dt
+
+    from ..lowering.rewriter import RUNTIME_ARGS
+    from ..values.plan import evaluate
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, desc in sdfg.arglist().items():
+        if name.startswith("__return") or name in RUNTIME_ARGS or name in sdfg.symbols:
+            continue
+        dtype = np.dtype(desc.dtype.as_numpy_dtype())
+        shape = () if isinstance(desc, dt.Scalar) else tuple(evaluate(str(s), sizes) for s in desc.shape)
+        if np.issubdtype(dtype, np.complexfloating):
+            v = rng.random(shape) + 1j * rng.random(shape)
+        elif np.issubdtype(dtype, np.floating):
+            v = rng.random(shape)
+        elif dtype == np.bool_:
+            v = rng.random(shape) < 0.5
+        else:
+            v = rng.integers(0, 10, shape)
+        v = np.asarray(v, dtype=dtype)
+        out[name] = v if shape else dtype.type(v)
+    return out
+
+
+def _outputs(result) -> List[np.ndarray]:
+    if result is None:
+        return []
+    if isinstance(result, tuple):
+        return [np.asarray(r) for r in result]
+    return [np.asarray(result)]
+
+
+def _compare(got: List[np.ndarray], ref: List[np.ndarray]) -> List[str]:
+    problems = []
+    for i, (a, b) in enumerate(zip(got, ref)):
+        if a.shape != b.shape:
+            problems.append(f"output {i}: shape {a.shape} != {b.shape}")
+            continue
+        if np.issubdtype(b.dtype, np.integer) or b.dtype == np.bool_:
+            if not np.array_equal(a, b):
+                problems.append(f"output {i}: integer results differ")
+            continue
+        tol = 1e-5 if b.dtype in (np.float32, np.complex64) else 1e-10
+        err = float(np.abs(a - b).max() / max(float(np.abs(b).max()), 1e-300)) if b.size else 0.0
+        if not err <= tol:
+            problems.append(f"output {i}: max relative error {err:.2e} > {tol:g}")
+    if len(got) != len(ref):
+        problems.append(f"{len(got)} outputs, expected {len(ref)}")
+    return problems
+
+
+def _blocks(fn, mod, sizes, seed, rank):
+    """Distributed placement: the global inputs (same seed on every rank), this rank's blocks of the
+    placed ones, the size symbols (read off the global shapes) and the placed return values."""
+    from .. import dace_compat as dc
+    from ..lowering.placement import global_sizes
+    args = _arguments(mod, dc.from_json(fn.lowered.source), sizes, seed)
+    sizes = global_sizes(fn, args, sizes)
+    for a in fn.lowered.boundary:
+        if a in args:
+            args[a] = fn.layout(a, **sizes).block(args[a], rank)
+    returns = sorted(a for a in fn.lowered.boundary if a.startswith("__return"))
+    return args, sizes, returns
+
+
+def _assemble(fn, out, returns, sizes, comm):
+    """Gather placed return values' blocks and assemble them on rank 0 (None elsewhere)."""
+    many = isinstance(out, tuple)
+    outs = list(out) if many else [out]
+    names = returns if len(returns) == len(outs) else [None] * len(outs)
+    done = []
+    for name, o in zip(names, outs):
+        if name is None:
+            done.append(o)
+            continue
+        blocks = comm.gather(o, root=0)
+        done.append(fn.layout(name, **sizes).assemble(blocks) if comm.rank == 0 else None)
+    return tuple(done) if many else done[0]
+
+
+def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: Optional[Dict[str, int]] = None,
+                nprocs: Optional[int] = None, target: str = "cpu", check: bool = False, seed: int = 0,
+                compile_only: bool = False, verbose: bool = False, rebuild: bool = False, save: Optional[str] = None,
+                comm=None, placement=None, cuda_aware_mpi: bool = False, threads_per_rank: Optional[int] = None) -> int:
+    """Lower, compile once, run on the ranks of ``comm``; rank 0 reports. Returns an exit code.
+
+    An exception on any rank prints ``distsdfg: rank R failed: ...`` and aborts the whole job.
+    """
+    from mpi4py import MPI
+
+    import distsdfg
+    from ..runtime.program import build, idle_bcast
+    comm = comm or MPI.COMM_WORLD
+    rank = comm.rank
+    say = (lambda msg: print(f"[distsdfg] {msg}", file=sys.stderr, flush=True)) if rank == 0 else (lambda msg: None)
+    try:
+        t0 = time.time()
+        prog, mod = load_program(spec)
+        sdfg = prog.to_sdfg()
+        sizes = dict(sizes or {})
+        P = nprocs or comm.size
+        if schedule and list(schedule) == ["auto"]:
+            from ..lowering.placement import boundary_pricing
+            sched = (distsdfg.auto_schedule(sdfg, P, inputs=boundary_pricing(placement), **sizes) if rank == 0
+                     else None)
+            sched = idle_bcast(comm, sched) if not compile_only else sched
+        else:
+            sched = parse_schedule(schedule, sdfg)
+        distsdfg.lower(sdfg, sched, target=target, placement=placement, cuda_aware_mpi=cuda_aware_mpi)
+        say(f"{sdfg.name}: lowered with {sdfg._distsdfg.schedule} for {P} ranks ({time.time() - t0:.1f}s)")
+        if compile_only:
+            build(sdfg, verbose=True, rebuild=rebuild)
+            return 0
+        fn = distsdfg.compile(sdfg, comm=comm, verbose=(rank == 0) or verbose, threads_per_rank=threads_per_rank)
+        placed = fn.lowered.boundary
+        if placed:        # every rank makes the same global inputs and passes its blocks
+            args, sizes, returns = _blocks(fn, mod, sizes, seed, rank)
+        else:
+            args = _arguments(mod, sdfg, sizes, seed)
+        t1 = time.time()
+        out = fn(**args, **sizes)
+        elapsed = comm.allreduce(time.time() - t1, op=MPI.MAX)
+        code = 0
+        if placed and returns:
+            out = _assemble(fn, out, returns, sizes, comm)
+        if rank == 0:
+            outs = _outputs(out)
+            say(f"ran on {comm.size} ranks in {elapsed:.3f}s; outputs: "
+                + (", ".join(f"{o.dtype}{list(o.shape)}" for o in outs) or "none"))
+            if save:
+                np.savez(save, *outs)
+            if check:
+                ref_sdfg = prog.to_sdfg()
+                ref_sdfg.name = f"{ref_sdfg.name}_reference"
+                ref_args = _arguments(mod, ref_sdfg, sizes, seed)
+                ref_fn, _ = build(ref_sdfg, verbose=True)
+                ref = _outputs(ref_fn(**ref_args, **sizes))
+                problems = _compare(outs, ref)
+                if problems:
+                    say("check against a single-process run FAILED: " + "; ".join(problems))
+                    code = 3
+                else:
+                    say("check against a single-process run: OK")
+        return idle_bcast(comm, code)     # rank 0 may still be checking against a single-process run
+    except SystemExit:
+        raise
+    except Exception as exc:
+        print(f"distsdfg: rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        if verbose:
+            traceback.print_exc()
+        if comm.size > 1:
+            comm.Abort(2)
+        return 2
+
+
+def _arguments(mod, sdfg, sizes: Dict[str, int], seed: int) -> Dict[str, object]:
+    """The module's ``inputs(sizes)`` hook when it has one, else random data for ``sdfg``."""
+    if hasattr(mod, "inputs"):
+        return mod.inputs(dict(sizes))
+    from ..runtime.program import symbol_values
+    return random_inputs(sdfg, symbol_values(sdfg, {}, sizes), seed)

@@ -1,0 +1,88 @@
+"""The program's boundary in the loop-aware rewrite: entering and leaving, and distributed placement.
+
+``BoundarySteps`` is the part of ``loops.MachineRewriter`` that works at the program's start and
+end: it scatters the homes of the arrays the program keeps distributed once on entry and gathers
+the written ones once on exit, and for arguments the user passes already distributed
+(``placement="distributed"``, docs/placement.md) it makes the argument a per-rank block, the home
+buffer itself where no kernel reads ghost cells.
+"""
+from __future__ import annotations
+
+from .. import dace_compat as dc
+from ..values.plan import ALL_HOME, ROOT_HOME, HomeSpec, Layout
+
+__all__ = ["BoundarySteps"]
+
+
+class BoundarySteps:
+    """Entry and exit steps and placed arguments (a mixin of ``loops.MachineRewriter``, whose
+    homes, layouts and step helpers it uses)."""
+
+    def enter_and_exit(self):
+        """Scatter the homes of the program's arrays once at the start, gather them once at the end."""
+        sdfg = self.sdfg
+        self.repeats = ("1", False)
+        sinks = [s for s in sdfg.nodes() if sdfg.out_degree(s) == 0]
+        self.place_arguments()
+        args = [x for x in self.homes if not sdfg.arrays[x].transient or x in self.boundary]
+        repl_args = [x for x in sorted(self.repl) if not sdfg.arrays[x].transient]
+        if args or repl_args:
+            enter = sdfg.add_state_before(sdfg.start_state, "distsdfg_enter", is_start_block=True)
+            self.last, self.readers = {}, {}
+            for x in args:
+                h = self.homes[x]
+                if h.buffer == x or x.startswith("__return"):   # the argument is the home / a return value
+                    continue
+                src = self.boundary_layout(x) if x in self.boundary else self.whole(x, ROOT_HOME)
+                self.dm(enter, self.raw_step(x, src, self.home_layout(x)), enter.add_read(x),
+                        enter.add_access(h.buffer))
+            for x in repl_args:
+                self.dm(enter, self.raw_step(x, self.whole(x, ROOT_HOME), self.whole(x, ALL_HOME), inplace=True),
+                        enter.add_read(x), enter.add_write(x))
+        out = [x for x in args if x in self.written and self.homes[x].buffer != x]
+        if out:
+            for sink in sinks:
+                leave = sdfg.add_state_after(sink, "distsdfg_exit")
+                self.last, self.readers = {}, {}
+                for x in out:
+                    h = self.homes[x]
+                    dst = self.boundary_layout(x) if x in self.boundary else self.whole(x, ROOT_HOME)
+                    self.dm(leave, self.raw_step(x, self.home_layout(x), dst),
+                            leave.add_read(h.buffer), leave.add_write(x))
+
+    # -- distributed placement ------------------------------------------------------------------
+    def boundary_layout(self, x: str) -> Layout:
+        return Layout(x, f"{x} as passed", (), (), (), (), (), None, (), self.boundary[x])
+
+    def place_arguments(self):
+        """Make each placed argument a per-rank block: its home's owned block, passed by the user.
+
+        Whatever still uses the program's whole array (code that runs on rank 0, a condition)
+        gets a full-size transient stand-in, filled from the home when needed. When no kernel
+        indexes the home buffer directly (no ghost cells), the argument *is* the home buffer;
+        otherwise the argument holds the owned block and the home buffer is filled from it on
+        entry (a local copy) and copied back on exit.
+        """
+        sdfg = self.sdfg
+        for x in sorted(self.placed):
+            h = self.homes[x]
+            desc = sdfg.arrays[x]
+            stand_in = f"__dsdfg_whole_{x.strip('_')}"
+            while stand_in in sdfg.arrays:
+                stand_in += "_"
+            dc.rename_data(sdfg, x, stand_in)
+            sdfg.arrays[stand_in].transient = True
+            self.touched.add(stand_in)
+            key = (h.anchor.grid, h.anchor.rank_syms, h.anchor.boxes)
+            if all((a.grid, a.rank_syms, a.boxes) == key for a in h.accesses):
+                # Kernels index the home only within the owned blocks: no ghost cells.
+                dc.rename_data(sdfg, h.buffer, x)
+                sdfg.arrays[x].transient = False
+                h.buffer = x
+                self.boundary[x] = h.name
+                continue
+            name = f"{h.name}b"
+            osyms, ssyms = self.buffer_symbols(name, len(desc.shape))
+            sdfg.add_array(x, [dc.sym(s) for s in ssyms], desc.dtype)
+            self.extra_homes.append(HomeSpec(name, x, x, h.global_shape, h.anchor, (), osyms, ssyms, boundary=True))
+            self.boundary[x] = name

@@ -1,0 +1,412 @@
+"""target="gpu": rank-local kernels run as CUDA kernels; MPI on host copies or on device buffers.
+
+After the distributed lowering, :class:`OffloadKernels` gives every top-level map a
+``GPU_Device`` schedule and every library node (MatMul, Reduce, einsum, ...) a GPU schedule,
+moves the kernels' local buffers (and home buffers) to ``GPU_Global`` memory, and by default
+stages each ``DistributedMemlet`` through a pinned host buffer (a device-to-host copy before it
+sends, a host-to-device copy after it receives), so MPI always sees host pointers. With
+``cuda_aware_mpi=True`` there is no staging: :class:`DeviceBufferComm` makes every step hand its
+GPU buffers to MPI directly (the runtime's ``DeviceMem`` policy: boxes copied with
+``cudaMemcpy2D``, temporaries in device memory), which needs an MPI built with CUDA support
+(:func:`require_cuda_aware_mpi` checks before a call). Device and staging buffers are allocated
+once per program (persistent), not on every call. Programs with loops, branches or distributed
+placement keep their home buffers on the device for the whole call; the steps inside loops are
+staged (or on device buffers) like the others; loop conditions read only host arrays, which the
+steps fill. :func:`emulate_on_host` runs a GPU lowering on the host, for tests without a GPU.
+
+:func:`build_settings` makes DaCe 1.0.2's generated CUDA build with CUDA 12 and 13 without
+touching site-packages: an architecture nvcc accepts, C++17 for host and device code (CUDA 13's
+CCCL requires it; DaCe's CMake pins CUDA to C++14, which a compiler launcher rewrites), and a
+compatibility header, force-included into every ``.cu`` file, that restores the CUB names CUDA
+13 removed. cuBLAS is used for matrix products when its header is installed, the pure GPU
+expansion otherwise.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import shutil
+import stat
+import subprocess
+from typing import Optional
+
+import dace
+from dace import data as dt
+from dace import dtypes
+from dace.sdfg import SDFG, nodes
+from dace.transformation import pass_pipeline as ppl
+
+from .. import dace_compat as dc
+from ..errors import DistributedLoweringError, UnsupportedProgramError
+from ..mpi import DistributedMemlet
+from ..mpi.distributed_memlet import BUFFERS
+from ..mpi.environment import INCLUDE_DIR
+
+__all__ = ["OffloadKernels", "DeviceBufferComm", "emulate_on_host", "build_settings", "gpu_available", "nvcc_path", "cuda_arch",
+           "has_cublas", "mpi_cuda_support", "require_cuda_aware_mpi", "COMPAT_HEADER"]
+
+#: Thread-block shape of a kernel by its map's dimensions (DaCe maps the last parameter to x).
+BLOCK_SIZES = ((256, 1, 1), (32, 8, 1), (32, 4, 2))
+
+COMPAT_HEADER = os.path.join(INCLUDE_DIR, "distsdfg_cuda_compat.h")
+HOST_COMPAT_HEADER = os.path.join(INCLUDE_DIR, "distsdfg_cuda_host_compat.h")
+
+
+def nvcc_path() -> Optional[str]:
+    """The CUDA compiler: $CUDACXX, nvcc on PATH, or /usr/local/cuda/bin/nvcc."""
+    for cand in (os.environ.get("CUDACXX"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if cand and os.path.exists(cand):
+            return cand
+    return None
+
+
+def _cuda_include_dirs():
+    nvcc = nvcc_path()
+    if nvcc is None:
+        return []
+    root = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+    return [d for d in (os.path.join(root, "include"), os.path.join(root, "targets", "x86_64-linux", "include"),
+                        "/usr/local/cuda/include", "/usr/include") if os.path.isdir(d)]
+
+
+def has_cublas() -> bool:
+    return any(os.path.exists(os.path.join(d, "cublas_v2.h")) for d in _cuda_include_dirs())
+
+
+def gpu_available() -> bool:
+    """Whether this process can use a CUDA GPU (asks the driver; never initialises DaCe's runtime)."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    count = ctypes.c_int(0)
+    try:
+        return lib.cuInit(0) == 0 and lib.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+    except AttributeError:
+        return False
+
+
+#: Sonames of MPI libraries that may export ``MPIX_Query_cuda_support`` (MPICH and its derivatives, Open MPI).
+_MPI_LIBS = ("libmpi.so.12", "libmpi.so.40", "libmpi_cray.so.12", "libmpi.so")
+
+
+@functools.lru_cache(maxsize=None)
+def mpi_cuda_support() -> Optional[bool]:
+    """Whether the MPI library this process uses accepts device pointers: ``MPIX_Query_cuda_support()``
+    of MPICH (4.0 on) or Open MPI; ``None`` when the library does not say. Call it after MPI is
+    initialised (mpi4py's ``MPI`` imported); the answer is kept for the process."""
+    for name in _MPI_LIBS:
+        try:
+            lib = ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)    # only an MPI already loaded
+        except OSError:
+            continue
+        query = getattr(lib, "MPIX_Query_cuda_support", None)
+        if query is not None:
+            query.restype = ctypes.c_int
+            return bool(query())
+        return None
+    return None
+
+
+def require_cuda_aware_mpi(program: str = "the program"):
+    """Raise unless MPI reports CUDA support (a program lowered with ``cuda_aware_mpi=True`` hands
+    device pointers to MPI, which an MPI without it would read as host memory and crash on)."""
+    from mpi4py import MPI
+    support = mpi_cuda_support()
+    if support is False:
+        version = " ".join(MPI.Get_library_version().split()[:3])
+        raise DistributedLoweringError(
+            f"`{program}` was lowered with cuda_aware_mpi=True, but this MPI ({version}) "
+            f"reports no CUDA support (MPIX_Query_cuda_support() == 0): run with an MPI built with CUDA "
+            f"(MPICH --with-cuda, Open MPI with UCX/CUDA, Cray MPICH with MPICH_GPU_SUPPORT_ENABLED=1), or lower "
+            f"without cuda_aware_mpi to stage communication through host memory")
+    if support is None:
+        import warnings
+        warnings.warn(f"`{program}` hands device pointers to MPI (cuda_aware_mpi=True) and this MPI does not say "
+                      f"whether it supports them (no MPIX_Query_cuda_support); going ahead", RuntimeWarning)
+
+
+def cuda_arch() -> str:
+    """The architecture to build for: $DISTSDFG_CUDA_ARCH, the local GPU's, else 80 (nvcc 13 dropped < 75)."""
+    env = os.environ.get("DISTSDFG_CUDA_ARCH")
+    if env:
+        return env
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=20).stdout.split()
+            if out:
+                return out[0].replace(".", "")
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return "80"
+
+
+_LAUNCHER = """#!/bin/sh
+# distsdfg: CMake's CUDA compiler launcher. DaCe 1.0.2 pins CUDA to C++14, which CUDA 13 rejects:
+# raise it to C++17 and force-include the compatibility header. "$1" is nvcc.
+cc="$1"; shift
+for a in "$@"; do
+  shift
+  case "$a" in -std=c++11|-std=c++14) a="-std=c++17" ;; esac
+  set -- "$@" "$a"
+done
+exec "$cc" -include "{header}" "$@"
+"""
+
+
+def _launcher(folder: str) -> str:
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(os.path.abspath(folder), "distsdfg_nvcc_launcher.sh")
+    text = _LAUNCHER.format(header=COMPAT_HEADER)
+    if not os.path.exists(path) or open(path).read() != text:
+        with open(path, "w") as f:
+            f.write(text)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+@contextlib.contextmanager
+def build_settings(build_folder: str):
+    """DaCe configuration for building a GPU program (restored afterwards)."""
+    import dace.libraries.blas as blas
+    from dace.config import Config
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise DistributedLoweringError("target='gpu' needs the CUDA compiler: put nvcc on PATH or set CUDACXX")
+    keys = [("compiler", "cuda", "cuda_arch"), ("compiler", "cpu", "args"), ("compiler", "extra_cmake_args"),
+            ("compiler", "cuda", "args")]
+    old = {k: Config.get(*k) for k in keys}
+    old_blas = blas.default_implementation
+    try:
+        Config.set("compiler", "cuda", "cuda_arch", value=cuda_arch())
+        cpu = old[("compiler", "cpu", "args")].replace("-std=c++14", "-std=c++17")
+        cpu += "".join(f" -I{d}" for d in _cuda_include_dirs()[:2]) + f" -include {HOST_COMPAT_HEADER}"
+        Config.set("compiler", "cpu", "args", value=cpu)
+        extra = (f"{old[('compiler', 'extra_cmake_args')]} -DCMAKE_CUDA_COMPILER={nvcc} "
+                 f"-DCMAKE_CUDA_COMPILER_LAUNCHER={_launcher(build_folder)}").strip()
+        Config.set("compiler", "extra_cmake_args", value=extra)
+        blas.default_implementation = "cuBLAS" if has_cublas() else None
+        yield
+    finally:
+        for k, v in old.items():
+            Config.set(*k, value=v)
+        blas.default_implementation = old_blas
+
+
+def _persist(sdfg: SDFG, desc: dt.Array):
+    """Allocate ``desc`` once, when the program is initialised, instead of on every call (device
+    buffers and pinned host buffers are slow to allocate; fresh host pages are slow to touch).
+    Only for sizes the initialisation knows: the program's free symbols. The runtime re-initialises
+    the program when those values change between calls."""
+    known = {str(s) for s in sdfg.free_symbols}
+    if {str(s) for s in desc.free_symbols} <= known:
+        desc.lifetime = dtypes.AllocationLifetime.Persistent
+
+
+class DeviceBufferComm(ppl.Pass):
+    """Let every communication step use its buffers where they are: ``buffers="device"`` (GPU
+    buffers straight to a CUDA-aware MPI), ``"staged"`` (pinned host copies of the GPU buffers,
+    made by ``OffloadKernels._stage``: the step waits for the GPU first), or ``"emulated"`` (the
+    device code path on host memory, for testing it without a GPU)."""
+
+    CATEGORY = "distsdfg"
+
+    def __init__(self, buffers: str = "device"):
+        super().__init__()
+        if buffers not in BUFFERS:
+            raise DistributedLoweringError(f"buffers must be one of {sorted(BUFFERS)}, got {buffers!r}")
+        self.buffers = buffers
+
+    def modifies(self) -> ppl.Modifies:
+        return dc.MODIFIES_LIBRARY_NODES
+
+    def should_reapply(self, modified: ppl.Modifies) -> bool:
+        return False
+
+    def apply_pass(self, sdfg: SDFG, _) -> int:
+        count = 0
+        for state in sdfg.states():
+            for n in state.nodes():
+                if isinstance(n, DistributedMemlet):
+                    n.buffers = self.buffers
+                    n.implementation = "MPI_CUDA" if self.buffers in ("device", "staged") else "MPI"
+                    # The step is host code even where its buffers are on the GPU (DaCe would infer a
+                    # schedule from their storage).
+                    n.schedule = dtypes.ScheduleType.CPU_Multicore
+                    count += 1
+        return count
+
+
+class OffloadKernels(ppl.Pass):
+    """Run a lowered SDFG's kernels on the GPU, with MPI on host copies of their buffers or, with
+    ``cuda_aware_mpi``, on the device buffers themselves (see the module doc)."""
+
+    CATEGORY = "distsdfg"
+
+    def __init__(self, cuda_aware_mpi: bool = False):
+        super().__init__()
+        self.cuda_aware_mpi = cuda_aware_mpi
+
+    def modifies(self) -> ppl.Modifies:
+        return ppl.Modifies.Everything
+
+    def should_reapply(self, modified: ppl.Modifies) -> bool:
+        return False
+
+    def apply_pass(self, sdfg: SDFG, _) -> int:
+        on_gpu = {}
+        count = 0
+        for state in sdfg.states():
+            scopes = state.scope_dict()
+            for n in state.nodes():
+                if scopes[n] is not None:
+                    continue
+                if isinstance(n, nodes.MapEntry):
+                    n.map.schedule = dtypes.ScheduleType.GPU_Device
+                    if not n.map.gpu_block_size:    # DaCe's default (32, 1, 1) leaves most of a block idle
+                        n.map.gpu_block_size = list(BLOCK_SIZES[min(len(n.map.params), 3) - 1])
+                    edges = state.in_edges(n) + state.out_edges(state.exit_node(n))
+                elif isinstance(n, nodes.LibraryNode) and not isinstance(n, DistributedMemlet):
+                    n.schedule = dtypes.ScheduleType.GPU_Default
+                    if type(n).__name__ == "Reduce":
+                        n.implementation = "CUDA (device)"
+                    edges = state.in_edges(n) + state.out_edges(n)
+                else:
+                    continue
+                count += 1
+                for e in edges:
+                    if not e.data.is_empty():
+                        on_gpu.setdefault(e.data.data, n)
+        for name, kernel in sorted(on_gpu.items(), key=lambda kv: kv[0]):
+            desc = sdfg.arrays[name]
+            if isinstance(desc, dt.Scalar):
+                continue            # passed to kernels by value
+            if not desc.transient:
+                raise UnsupportedProgramError(
+                    f"target='gpu': kernel `{kernel.label}` reads or writes the program's array `{name}` directly "
+                    f"(a replicated or distributed-placement argument); such arrays are not staged to the GPU yet: "
+                    f"use target='cpu' for this program")
+            desc.storage = dtypes.StorageType.GPU_Global
+            _persist(sdfg, desc)
+        self._check_host_code(sdfg)
+        if self.cuda_aware_mpi:
+            DeviceBufferComm("device").apply_pass(sdfg, {})
+        else:
+            self._stage(sdfg, DistributedMemlet)
+            DeviceBufferComm("staged").apply_pass(sdfg, {})    # every step waits for the GPU's copies
+        return count
+
+    @staticmethod
+    def _check_host_code(sdfg: SDFG):
+        for e in sdfg.edges():      # loop conditions and branches are evaluated on the host
+            for name in sorted(e.data.read_symbols()):
+                desc = sdfg.arrays.get(name)
+                if desc is not None and desc.storage == dtypes.StorageType.GPU_Global:
+                    raise UnsupportedProgramError(
+                        f"target='gpu': the condition or assignment `{e.data.condition.as_string}` "
+                        f"{e.data.assignments or ''} between states `{e.src.label}` and `{e.dst.label}` reads "
+                        f"`{name}`, which lives on the GPU; use target='cpu' for this program")
+        for state in sdfg.states():
+            scopes = state.scope_dict()
+            for n in state.nodes():
+                if scopes[n] is None and isinstance(n, (nodes.Tasklet, nodes.NestedSDFG)):
+                    for e in state.in_edges(n) + state.out_edges(n):
+                        if not e.data.is_empty() and sdfg.arrays[e.data.data].storage == \
+                                dtypes.StorageType.GPU_Global:
+                            raise UnsupportedProgramError(
+                                f"target='gpu': `{n.label}` runs on the host but uses `{e.data.data}`, which lives on "
+                                f"the GPU; use target='cpu' for this program")
+
+    @staticmethod
+    def _stage(sdfg: SDFG, dm_type):
+        """Put a host buffer between every DistributedMemlet and the GPU buffers it reads or writes.
+
+        A step that reads and writes one buffer (in place) gets one host buffer; a step that
+        leaves part of its output as it was (an accumulation's first holder keeps its block)
+        starts from a copy of the buffer's current value, taken from the node it is ordered after.
+        """
+        for state in sdfg.states():
+            for dm in [n for n in state.nodes() if isinstance(n, dm_type)]:
+                hosts = {}
+
+                def host_of(name):
+                    if name not in hosts:
+                        desc = sdfg.arrays[name]
+                        hosts[name] = sdfg.add_array(f"{name}_host", desc.shape, desc.dtype, transient=True,
+                                                     offset=desc.offset, find_new_name=True,
+                                                     storage=dtypes.StorageType.CPU_Pinned)[0]
+                        _persist(sdfg, sdfg.arrays[hosts[name]])
+                    return hosts[name]
+
+                def on_gpu(n):
+                    return (isinstance(n, nodes.AccessNode)
+                            and sdfg.arrays[n.data].storage == dtypes.StorageType.GPU_Global)
+
+                for e in list(state.in_edges(dm)):
+                    if e.data.is_empty() or not on_gpu(e.src):
+                        continue
+                    h = state.add_access(host_of(e.src.data))
+                    state.add_edge(e.src, None, h, None, dace.Memlet.from_array(e.src.data, sdfg.arrays[e.src.data]))
+                    state.add_edge(h, None, dm, e.dst_conn, dace.Memlet.from_array(h.data, sdfg.arrays[h.data]))
+                    state.remove_edge(e)
+                for e in list(state.out_edges(dm)):
+                    if e.data.is_empty() or not on_gpu(e.dst):
+                        continue
+                    name = e.dst.data
+                    fresh = name not in hosts
+                    host = host_of(name)
+                    if fresh:
+                        for before in [o.src for o in state.in_edges(dm) if o.data.is_empty() and on_gpu(o.src)
+                                       and o.src.data == name]:
+                            pre = state.add_access(host)
+                            state.add_edge(before, None, pre, None,
+                                           dace.Memlet.from_array(name, sdfg.arrays[name]))
+                            state.add_nedge(pre, dm, dace.Memlet())
+                    h = state.add_access(host)
+                    state.add_edge(dm, e.src_conn, h, None, dace.Memlet.from_array(host, sdfg.arrays[host]))
+                    state.add_edge(h, None, e.dst, None, dace.Memlet.from_array(name, sdfg.arrays[name]))
+                    state.remove_edge(e)
+
+
+def emulate_on_host(sdfg: SDFG) -> SDFG:
+    """Make a program lowered with ``target="gpu"`` run on the host with the GPU lowering's data flow
+    unchanged, to test that data flow without a GPU (``distsdfg.testing.gpu_emulated``).
+
+    Device and pinned buffers become host buffers, kernels host maps and host library nodes, and the
+    staging copies plain copies; staged steps run ``HostMem`` on their host copies (``StagedHostMem``
+    without its wait for the GPU), steps on device buffers (``cuda_aware_mpi=True``) the device code
+    path on host memory (``EmulatedDeviceMem``). Returns ``sdfg``, renamed (``..._emu``) and marked
+    for the CPU."""
+    low = getattr(sdfg, "_distsdfg", None)
+    if low is None or low.target != "gpu":
+        raise DistributedLoweringError(f"emulate_on_host: `{sdfg.name}` is not lowered for target='gpu'")
+    for desc in sdfg.arrays.values():
+        if desc.storage in (dtypes.StorageType.GPU_Global, dtypes.StorageType.CPU_Pinned):
+            desc.storage = dtypes.StorageType.CPU_Heap
+    steps = set()
+    for state in sdfg.states():
+        scopes = state.scope_dict()
+        for n in state.nodes():
+            if isinstance(n, DistributedMemlet):
+                steps.add(n.buffers)
+            elif scopes[n] is None and isinstance(n, nodes.MapEntry) and \
+                    n.map.schedule == dtypes.ScheduleType.GPU_Device:
+                n.map.schedule = dtypes.ScheduleType.Default
+                n.map.gpu_block_size = None
+            elif scopes[n] is None and isinstance(n, nodes.LibraryNode) and \
+                    n.schedule == dtypes.ScheduleType.GPU_Default:
+                n.schedule = dtypes.ScheduleType.Default
+                if type(n).__name__ == "Reduce":
+                    n.implementation = None
+    comm = "emulated" if low.comm == "device" else "host"
+    if steps - {"staged", "device"}:
+        raise DistributedLoweringError(f"emulate_on_host: `{sdfg.name}` has steps on {sorted(steps)} buffers")
+    DeviceBufferComm(comm).apply_pass(sdfg, {})
+    low.target, low.comm = "cpu", comm
+    sdfg.name = f"{sdfg.name}_emu"
+    sdfg.validate()
+    return sdfg

@@ -1,0 +1,153 @@
+"""``lower_sdfg``: the lowering pipeline of one SDFG for one schedule, step by step.
+
+Kernels (``kernels.find_kernels``) → per-kernel constraints of the tiled maps
+(``constraints``) → the rewrite into rank-local kernels and communication steps
+(``rewriter.Rewriter`` for straight-line programs, ``loops.MachineRewriter`` for programs with
+loops, branches or placed arguments) → matrix products DaCe would misread as maps
+(``dace_compat.matmul``) → the ranks' kernels optimised (``optimize``) → GPU offload
+(``gpu``) → DaCe's validation. The result carries its plan as ``sdfg._distsdfg``
+(``rewriter.Lowered``).
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import List, Optional
+
+import dace
+from dace.sdfg import SDFG
+
+from .. import dace_compat as dc
+from ..checks import require_sdfg
+from ..analysis.constraints import KernelPlan, kernel_constraints, padded_axes
+from ..errors import DistributedLoweringError, LoweredStateError
+from ..analysis.kernels import find_kernels
+from .loops import MachineRewriter
+from .rewriter import COMM_ARG, PLAN_ARRAY, PLAN_LEN, KernelGrid, Lowered, Rewriter
+from ..values.plan import axis_symbols
+from ..values.schedule import Schedule
+
+__all__ = ["lower_sdfg", "validate_lowered"]
+
+
+def _schedule_hash(sdfg_name: str, schedule: Schedule, target: str, placed=()) -> str:
+    extra = f"|{','.join(placed)}" if placed else ""
+    h = hashlib.sha1(f"{sdfg_name}|{schedule.to_json()}|{target}{extra}".encode()).hexdigest()
+    return h[:10]
+
+
+def _refuse_split(k, grids) -> None:
+    """A kernel whose blocks depend on a loop variable cannot be split: say which map and why."""
+    from ..errors import LoopDependentMapError
+    for m in k.maps:
+        grid = grids.get(m.info.key)
+        if grid is not None and any(g > 1 for g in grid):
+            syms = ", ".join(f"`{s}`" for s in k.runtime_symbols)
+            raise LoopDependentMapError(
+                f"map `{m.info.key}` (range {m.info.ranges}) depends on {syms}, which the program sets while it "
+                f"runs (a loop variable or an interstate assignment), so its blocks cannot be planned before the "
+                f"call; leave `{m.info.key}` out of the schedule (or give it a grid of ones) and it runs whole on "
+                f"rank 0; or, if the iterations of the loop over `{k.runtime_symbols[0]}` are independent, write that loop as "
+                f"a dace.map so that it can be split")
+
+
+def validate_lowered(sdfg: SDFG, original: str, schedule: Schedule) -> None:
+    """DaCe's validation of a lowered SDFG; a failure is the rewrite's limit, refused by name."""
+    try:
+        sdfg.validate()
+    except dace.sdfg.InvalidSDFGError as exc:
+        from ..errors import RewriteLimitError
+        raise RewriteLimitError(f"lowering `{original}` with {schedule.as_dict()} gives an SDFG that DaCe rejects "
+                                f"({str(exc).splitlines()[0]}): distsdfg cannot rewrite this program for this "
+                                f"schedule yet; try another schedule, or run it on one rank") from None
+
+
+def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host",
+               optimize: Optional[bool] = None, nprocs: Optional[int] = None, validate: bool = True) -> SDFG:
+    """``comm``: where communication steps find their local buffers (``Lowered.comm``): "host",
+    "device" (target gpu: GPU buffers to a CUDA-aware MPI) or "emulated" (target cpu: the device
+    code path over host memory, for tests). ``optimize``: optimise the ranks' kernels after
+    tiling (``distsdfg.lowering.optimize``; None: on unless ``DISTSDFG_OPTIMIZE=0``). ``nprocs``: the
+    number of ranks the caller planned for (``lower(sdfg, "auto", nprocs=P)``); with 1, whole
+    arrays are not copied into local buffers and the program runs on rank 0 alone. ``validate=False``
+    skips DaCe's validation of the result (for copies that are only priced, never compiled)."""
+    from .placement import placed_arrays
+    if (comm, target) not in (("host", "cpu"), ("host", "gpu"), ("device", "gpu"), ("emulated", "cpu")):
+        raise DistributedLoweringError(f"comm={comm!r} does not go with target={target!r}: device buffers need "
+                                       f"target='gpu', the emulated device path target='cpu'")
+    require_sdfg(sdfg, "distsdfg.lower")
+    if getattr(sdfg, "_distsdfg", None) is not None:
+        raise LoweredStateError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
+                                       f"(prog.to_sdfg()) for another schedule")
+    source = dc.to_json(sdfg)
+    placed = placed_arrays(sdfg, placement)
+    dc.repair_init_accumulate_races(sdfg)
+    kernels = find_kernels(sdfg)
+    known = {m.info.key: len(m.info.params) for k in kernels for m in k.maps}
+    schedule.validate_for(known, sdfg_name=sdfg.name)
+    grids = schedule.as_dict()
+    plans: List[KernelPlan] = []
+    for k in kernels:
+        if k.kind == "opaque":
+            continue
+        if k.runtime_symbols:       # runs whole on rank 0, like a node we do not distribute
+            _refuse_split(k, grids)
+            continue
+        plans.append(kernel_constraints(k, grids))
+
+    even_checks = []
+    for kp in plans:
+        kp.padded = padded_axes(kp, even_checks)
+
+    segments, linear = dc.program_segments(sdfg)
+    # Reads bounded by an input array's values (the CSR row pointer): exact blocks from the data at
+    # call time (distsdfg.solver.inspector); straight-line programs with root placement on the CPU only.
+    data_bounds = []
+    if linear and not placed and target == "cpu" and comm == "host" and nprocs != 1:
+        from ..solver import inspector
+        for kp in plans:
+            db = inspector.recognise(sdfg, kp)
+            if db is not None:
+                inspector.apply(sdfg, kp, db)
+                data_bounds.append(db)
+
+    sdfg.add_symbol(PLAN_LEN, dace.int64)
+    sdfg.add_array(PLAN_ARRAY, [dc.sym(PLAN_LEN)], dace.int64)
+    sdfg.add_scalar(COMM_ARG, dace.int32)
+    views = dc.reshape_views(sdfg)
+    viewed = dc.viewed_arrays(sdfg, exclude=views)
+    if linear and not placed:
+        rw = Rewriter(sdfg, linear=True, viewed=viewed, views=views)
+    else:       # homes at state boundaries; placed arguments are homes the user passes
+        rw = MachineRewriter(sdfg, viewed=viewed, views=views, placed=placed)
+    rw.run(segments, {kp.kernel.node: kp for kp in plans})
+    dc.remove_unused_transients(sdfg, rw.touched)
+    kgrids = []
+    for kp in plans:
+        kgrids.append(KernelGrid(kp.kernel.index, kp.kernel.label, tuple(m.info.key for m in kp.kernel.maps),
+                                 kp.grid, axis_symbols(kp.rank_syms, kp.grid),
+                                 rw.members.get(kp.kernel.index, "")))
+    original = sdfg.name
+    tag = target if comm == "host" else f"{target}+{comm}"
+    from .optimize import enabled
+    one_rank = nprocs == 1 and target == "cpu" and comm == "host" and enabled(optimize)
+    if one_rank:
+        tag += "+one-rank"
+    sdfg.name = f"{original}_d{_schedule_hash(original, schedule, tag, sorted(placed))}"
+    sdfg._distsdfg = Lowered(schedule.with_sdfg(original) if schedule.sdfg is None else schedule, original,
+                             rw.steps, kgrids, even_checks, target, getattr(rw, "home_specs", list)(),
+                             dict(getattr(rw, "boundary", {})), source, comm=comm, data_bounds=data_bounds)
+    from ..dace_compat.matmul import degenerate_matmuls_to_maps
+    degenerate_matmuls_to_maps(sdfg)          # blocks that DaCe's MatMul expansion would read as vectors
+    if target == "cpu":
+        from .optimize import optimize_lowered
+        if enabled(optimize):
+            optimize_lowered(sdfg, sdfg._distsdfg, straight=linear and not placed, one_rank=one_rank)
+    if target == "gpu":
+        from .gpu import OffloadKernels      # home buffers stay on the GPU; steps in loops are staged too
+        OffloadKernels(cuda_aware_mpi=comm == "device").apply_pass(sdfg, {})
+    elif comm == "emulated":
+        from .gpu import DeviceBufferComm
+        DeviceBufferComm("emulated").apply_pass(sdfg, {})
+    if validate:
+        validate_lowered(sdfg, original, schedule)
+    return sdfg

@@ -1,0 +1,1 @@
+"""EinDecomp's planner: cost models, the search over grids, pruning, shardings, time prediction."""

@@ -1,0 +1,500 @@
+"""Compile once on rank 0, load everywhere, and run: the wrapper every rank calls."""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+from dace.sdfg import SDFG
+
+from ..lowering import blas
+from .. import dace_compat as dc
+from .. import errors
+from . import toolchain
+from ..dace_compat.pack import PACKED, packed_names, packing
+from ..mpi.encode import encode_plan
+from ..errors import CommunicatorSizeError, DistributedLoweringError, InputError
+from ..solver.inspector import inspect_call
+from ..lowering.gpu import build_settings, gpu_available, require_cuda_aware_mpi
+from .locks import file_lock
+from ..lowering.rewriter import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS
+from ..mpi.environment import INCLUDE_DIR
+from ..lowering.placement import layout as _layout
+from ..values.plan import ConcreteStep, evaluate
+from .root_args import RootArguments
+from ..solver.solve import lowered_of, solve_homes, solve_plan, symbol_values
+
+__all__ = ["DistributedProgram", "compile_distributed", "idle_bcast", "comm_of",
+           "lowered_of", "solve_plan", "symbol_values"]   # the last three: distsdfg.solver.solve
+
+
+def comm_of(comm=None):
+    """``comm``, or ``MPI.COMM_WORLD`` when None."""
+    from mpi4py import MPI
+    return comm if comm is not None else MPI.COMM_WORLD
+
+
+def idle_bcast(comm, obj=None, root: int = 0, poll: float = 0.002):
+    """``comm.bcast(obj, root)`` whose waiting ranks sleep instead of spinning in MPI.
+
+    MPI's blocking calls busy-poll: while the root compiles or plans for seconds, every other
+    rank would burn a core, which halves the root's speed when ranks share cores (a laptop, a
+    CI machine, oversubscribed tests). The ranks first meet in a non-blocking barrier that the
+    others test every ``poll`` seconds. For set-up steps only, never on a program call's path.
+    """
+    req = comm.Ibarrier()
+    if comm.rank == root:
+        req.Wait()
+    else:
+        while not req.Test():
+            time.sleep(poll)
+    return comm.bcast(obj, root=root)
+
+
+def _is_cupy(value) -> bool:
+    """A CuPy array (checked without importing CuPy)."""
+    return type(value).__module__.split(".")[0] == "cupy" and hasattr(value, "get")
+
+
+class DistributedProgram:
+    """A lowered SDFG compiled once; call it on every rank with the same arguments.
+
+    Arguments are NumPy arrays or, on GPU machines, CuPy arrays: those are copied to the host for
+    the call (communication is staged through host memory), arrays the program writes are copied
+    back into them, and the results come back as CuPy arrays.
+    """
+
+    def __init__(self, sdfg: SDFG, compiled, comm, threads_per_rank: int = 1):
+        self.sdfg = sdfg
+        self.threads_per_rank = threads_per_rank
+        self.lowered = lowered_of(sdfg)
+        self._compiled = compiled
+        self.comm = comm
+        # Every communication step talks on this communicator (its ranks are the plan's ranks).
+        self._fcomm = int(comm.py2f())
+        if self.lowered.rank0_only:     # runs on rank 0 alone (distsdfg.lowering.optimize.alias_whole_blocks)
+            from mpi4py import MPI
+            self._fcomm = int(MPI.COMM_SELF.py2f())
+        self._plans: Dict[Tuple, Tuple[np.ndarray, List[ConcreteStep]]] = {}
+        self._signatures: Dict[Tuple, Dict[str, Any]] = {}    # checked call signatures -> symbol values
+        # The per-rank symbols the compiled program takes packed in one array, in order (or None).
+        self._packed = packed_names(compiled.sdfg) if getattr(compiled, "sdfg", None) is not None else None
+
+    # -- argument checking (rank 0) ---------------------------------------------------------------
+    @functools.cached_property
+    def _arglist(self):
+        """The SDFG's arguments, computed once: DaCe derives them from every state's symbols."""
+        return self.sdfg.arglist()
+
+    @functools.cached_property
+    def _free_symbols(self) -> Tuple[str, ...]:
+        return tuple(sorted(str(s) for s in self.sdfg.free_symbols))
+
+    def _check_inputs(self, kwargs) -> Optional[str]:
+        from dace import data as dt
+        sdfg = self.sdfg
+        unknown = sorted(k for k in kwargs if k not in self._arglist and k not in sdfg.symbols)
+        if unknown:
+            names = ", ".join(k for k in self._arglist if k != PLAN_ARRAY and not k.startswith("__"))
+            return (f"{self.lowered.original_name} has no argument `{unknown[0]}` (its arguments: {names}; "
+                    f"size symbols are passed by name too)")
+        for name, desc in self._arglist.items():
+            if name in kwargs and kwargs[name] is not None and not isinstance(desc, dt.Scalar) \
+                    and name not in self.lowered.boundary and not isinstance(kwargs[name], np.ndarray):
+                return (f"argument `{name}` must be a NumPy array of shape {tuple(desc.shape)}, got "
+                        f"{type(kwargs[name]).__name__}; convert it with np.asarray")
+            if name in RUNTIME_ARGS or isinstance(desc, dt.Scalar) and name not in kwargs and name in sdfg.symbols:
+                continue
+            if name not in kwargs:
+                if name.startswith("__return"):
+                    continue
+                return f"missing argument `{name}` of {self.lowered.original_name}"
+            if kwargs[name] is None and not isinstance(desc, dt.Scalar) and name not in self.lowered.boundary:
+                return (f"argument `{name}` is None on rank 0, which passes the arrays whole (root placement); "
+                        f"only the other ranks may pass None or leave arrays out")
+        return None
+
+    def _validate_arrays(self, arrays, values, reshapes: Optional[Dict[str, tuple]] = None) -> Optional[str]:
+        """Shapes, dtypes and layouts of the array arguments; an array whose shape differs from the
+        program's only by dimensions of size 1 (NPBench's nbody passes ``mass`` as (N, 1) for
+        ``[N]``), C-contiguous, is accepted as DaCe accepts it: its name and the program's shape go
+        into ``reshapes`` and the call passes a view of that shape (same memory)."""
+        from dace import data as dt
+        for name, arr in arrays.items():
+            desc = self.sdfg.arrays.get(name)
+            if desc is None or isinstance(desc, dt.Scalar) or name in self.lowered.boundary:
+                continue
+            if not isinstance(arr, np.ndarray):
+                return f"argument `{name}` must be a NumPy array, got {type(arr).__name__}"
+            try:
+                want = tuple(evaluate(str(s), values) for s in desc.shape)
+            except KeyError as exc:
+                return f"size symbol {exc} is missing: pass it as a keyword argument (e.g. {exc.args[0].split()[1]}=...)"
+            if tuple(arr.shape) != want:
+                if not _same_but_unit_dims(arr.shape, want) or reshapes is None:
+                    return f"argument `{name}` has shape {tuple(arr.shape)} but the program expects {want}"
+                if not arr.flags.c_contiguous:
+                    return (f"argument `{name}` has shape {tuple(arr.shape)} where the program expects {want}, which "
+                            f"is the same but for dimensions of size 1, and it is not C-contiguous: pass "
+                            f"np.ascontiguousarray({name}).reshape({want}) (and copy results back if the program "
+                            f"writes it)")
+                reshapes[name] = want
+            want_dt = np.dtype(desc.dtype.as_numpy_dtype())
+            if arr.dtype != want_dt:
+                return f"argument `{name}` has dtype {arr.dtype} but the program expects {want_dt}; convert it with .astype"
+            if not arr.flags.c_contiguous:
+                return (f"argument `{name}` is not C-contiguous (a transposed, Fortran-ordered or strided view); "
+                        f"pass np.ascontiguousarray({name}) and copy results back if the program writes it")
+        missing = [s for s in self._free_symbols if s not in values and not s.startswith("__dsdfg")]
+        if missing:
+            return f"size symbol(s) {', '.join(missing)} have no value: pass them as keyword arguments"
+        return None
+
+    def plan(self, values: Dict[str, int]):
+        """(plan table, solved steps, symbols of this rank's home buffers) for concrete sizes; per-rank
+        values (data-bounded blocks, ``distsdfg.solver.inspector``) are part of the key."""
+        key = tuple(sorted((k, v if isinstance(v, (int, np.integer)) else tuple(v.tolist()))
+                           for k, v in values.items() if isinstance(v, (int, np.integer, np.ndarray))))
+        if key not in self._plans:
+            if len(self._plans) >= 64:      # data-bounded blocks change with the data
+                self._plans.pop(next(iter(self._plans)))
+            size = 1 if self.lowered.rank0_only else self.comm.size
+            steps = solve_plan(self.lowered, values, size, rank=self.comm.rank)
+            homes = solve_homes(self.lowered.homes, values, size)
+            syms: Dict[str, int] = {}
+            for h in homes.values():
+                syms.update(h.symbols(self.comm.rank))
+            blocks = {x: homes[h].shapes[self.comm.rank] for x, h in self.lowered.boundary.items()}
+            self._plans[key] = (encode_plan(steps, self.comm.rank), steps, syms, blocks)
+        return self._plans[key]
+
+    def layout(self, array: str, **sizes):
+        """``distsdfg.layout`` of ``array`` on this program's communicator."""
+        return _layout(self, array, **sizes)
+
+    def _check_blocks(self, kwargs, blocks) -> Optional[str]:
+        """This rank's distributed-placement arguments: present, of its block's shape and the dtype."""
+        for x, shape in blocks.items():
+            arr = kwargs.get(x)
+            if arr is None:
+                if x.startswith("__return"):
+                    continue
+                return f"missing argument `{x}` (rank {self.comm.rank} passes its block of shape {shape})"
+            if not isinstance(arr, np.ndarray):
+                return f"argument `{x}` must be a NumPy array (this rank's block), got {type(arr).__name__}"
+            if tuple(arr.shape) != tuple(shape):
+                return (f"argument `{x}` on rank {self.comm.rank} has shape {tuple(arr.shape)}, but this rank's block "
+                        f"is {tuple(shape)} (distributed placement: pass distsdfg.layout(sdfg, {x!r}, ...).block(...) "
+                        f"or load it with .load(path, rank))")
+            want = np.dtype(self.sdfg.arrays[x].dtype.as_numpy_dtype())
+            if arr.dtype != want:
+                return f"argument `{x}` has dtype {arr.dtype} but the program expects {want}; convert it with .astype"
+            if not arr.flags.c_contiguous:
+                return f"argument `{x}` on rank {self.comm.rank} is not contiguous; pass np.ascontiguousarray(...)"
+        return None
+
+    @functools.cached_property
+    def _persistent(self) -> bool:
+        from dace import dtypes
+        return any(d.lifetime == dtypes.AllocationLifetime.Persistent for d in self.sdfg.arrays.values())
+
+    def _reinitialise_if_sizes_changed(self, call) -> None:
+        """DaCe allocates persistent buffers once, sized by the first call's symbols, and never
+        again: when they change, finalise the program so that the next call initialises it anew."""
+        if not self._persistent:
+            return
+        key = tuple((s, call.get(s)) for s in self._free_symbols)
+        if getattr(self, "_init_key", key) != key:
+            dc.reinitialise(self._compiled)
+        self._init_key = key
+
+    @functools.cached_property
+    def _written(self) -> frozenset:
+        """The program's own (non-transient) arrays that some state writes."""
+        return frozenset(n.data for state in self.sdfg.states() for n in state.data_nodes()
+                         if not self.sdfg.arrays[n.data].transient and state.in_degree(n) > 0)
+
+    def __call__(self, *args, **kwargs):
+        if args:
+            names = [n for n in self.sdfg.arg_names if n != PLAN_ARRAY]
+            if len(args) > len(names):
+                raise InputError(f"{self.lowered.original_name} takes {len(names)} positional arguments "
+                                 f"({', '.join(names)}), got {len(args)}")
+            twice = sorted(set(names[:len(args)]) & set(kwargs))
+            if twice:
+                raise InputError(f"argument `{twice[0]}` is given both by position and by name")
+            kwargs.update(dict(zip(names, args)))
+        devices = {k: v for k, v in kwargs.items() if _is_cupy(v)}
+        if not devices:
+            return self._call(kwargs)
+        import cupy
+        kwargs.update({k: v.get() for k, v in devices.items()})
+        out = self._call(kwargs)
+        for k, v in devices.items():
+            if k in self._written:
+                new, shape = cupy.asarray(kwargs[k]), getattr(v, "shape", None)
+                if shape is not None and getattr(new, "shape", shape) != shape:    # passed with size-1 dimensions
+                    new = new.reshape(shape)
+                v[...] = new
+        if isinstance(out, tuple):
+            return tuple(cupy.asarray(o) if isinstance(o, np.ndarray) else o for o in out)
+        return cupy.asarray(out) if isinstance(out, np.ndarray) else out
+
+    def _checked(self, kwargs, arrays, given, P):
+        """Rank 0: (symbol values, error or None, arguments to reshape) of a call. A warm call with
+        the same argument names, shapes, dtypes, contiguity and size symbols as an earlier good one
+        reuses its answer, so it does no symbolic work (sympy) at all."""
+        key = (P, tuple(sorted(kwargs)),
+               tuple(sorted((k, a.shape, a.dtype.str, a.flags.c_contiguous) for k, a in arrays.items())),
+               tuple(sorted((k, int(v) if isinstance(v, (int, np.integer)) else repr(v)) for k, v in given.items())))
+        hit = self._signatures.get(key)
+        if hit is not None:
+            return dict(hit[0]), None, dict(hit[1])
+        values, error, reshapes = None, None, {}
+        try:
+            if self.lowered.nprocs > P:
+                raise CommunicatorSizeError(
+                    f"the schedule needs {self.lowered.nprocs} ranks but the communicator has {P}: run with "
+                    f"`mpiexec -n {self.lowered.nprocs}` or lower with a smaller grid")
+            values = symbol_values(self.sdfg, arrays, given)
+            msg = self._check_inputs(kwargs) or self._validate_arrays(arrays, values, reshapes)
+            error = ("InputError", msg) if msg else None
+        except DistributedLoweringError as exc:
+            error = (type(exc).__name__, str(exc))
+        except Exception as exc:
+            error = ("InputError", f"{type(exc).__name__}: {exc}")
+        if error is None and len(self._signatures) < 64:
+            self._signatures[key] = (dict(values), dict(reshapes))
+        return values, error, reshapes
+
+    @functools.cached_property
+    def _rank_symbols(self) -> Dict[str, int]:
+        """This rank's coordinates in every kernel's grid, by rank symbol."""
+        out: Dict[str, int] = {}
+        rank = self.comm.rank
+        for kg in self.lowered.kernels:
+            inside = rank < int(np.prod(kg.grid))
+            coords = np.unravel_index(rank, kg.grid) if inside else kg.grid
+            for s, c in zip(kg.rank_syms, coords):
+                if s:
+                    out[s] = int(c)
+            if getattr(kg, "member", ""):
+                out[kg.member] = int(inside)
+        return out
+
+    def _call(self, kwargs):
+        t_call = time.perf_counter()
+        if self.lowered.target == "gpu":
+            if not gpu_available():     # DaCe's CUDA runtime would kill the process
+                raise DistributedLoweringError(
+                    f"`{self.lowered.original_name}` was lowered for target='gpu' but rank {self.comm.rank} sees no "
+                    f"CUDA GPU (no driver or no device); run it on GPU nodes or lower with target='cpu'")
+            if self.lowered.comm == "device":
+                require_cuda_aware_mpi(self.lowered.original_name)
+        comm, rank, P = self.comm, self.comm.rank, self.comm.size
+        arrays = {k: v for k, v in kwargs.items() if isinstance(v, np.ndarray) and k not in self.lowered.boundary}
+        given = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k in self.sdfg.symbols}
+        error, values, reshapes = None, None, None
+        if rank == 0:
+            values, error, reshapes = self._checked(kwargs, arrays, given, P)
+            if error is None and getattr(self.lowered, "data_bounds", None):
+                values, error = inspect_call(self.lowered, arrays, values, P)
+        # Scalar arguments steer loops and branches: every rank takes rank 0's.
+        scalars = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k not in self.sdfg.symbols}
+        error, values, scalars, reshapes = comm.bcast((error, values, scalars if rank == 0 else None, reshapes),
+                                                      root=0)
+        if error is not None:
+            raise getattr(errors, error[0], InputError)(error[1])
+        kwargs.update(scalars)
+        for name, shape in reshapes.items():     # size-1 dimensions only: a view of the same memory
+            a = kwargs.get(name)
+            if isinstance(a, np.ndarray) and a.shape != shape and a.size == int(np.prod(shape)):
+                kwargs[name] = a.reshape(shape)
+        if self.lowered.rank0_only and rank != 0:
+            return self._root_args.nothing()
+        table, _, home_syms, blocks = self.plan(values)
+        if blocks:      # distributed placement: every rank checks its own blocks, all agree
+            msgs = [m for m in comm.allgather(self._check_blocks(kwargs, blocks)) if m]
+            if msgs:
+                raise InputError(msgs[0])
+        call = dict(kwargs)
+        call.update({k: values[k] for k in self.sdfg.symbols if k in values})    # rank 0's sizes
+        if rank != 0:       # arrays at rank 0 this rank left out: stand-ins (distsdfg.runtime.root_args)
+            self._root_args.fill(call, values)
+        call.update(self._rank_symbols)
+        for db in getattr(self.lowered, "data_bounds", ()):     # this rank's data-bounded block (distsdfg.solver.inspector)
+            call[db.lo] = int(values[db.lo][rank])
+        call.update(home_syms)
+        call[PLAN_ARRAY] = table
+        call[PLAN_LEN] = int(table.shape[0])
+        call[COMM_ARG] = self._fcomm
+        if self._packed is not None:      # the per-rank symbols in one array (dace_compat_pack)
+            call[PACKED] = np.fromiter((call[s] for s in self._packed), np.int64, len(self._packed))
+        self._reinitialise_if_sizes_changed(call)
+        blas.use_threads(self.threads_per_rank)
+        dc.fresh_return_arrays(self._compiled)     # results are handed over, not copied
+        t_program = time.perf_counter()
+        if blocks or reshapes:      # a rank's block is often a view (a slice of a memory map); a reshaped
+            # argument is one; both checked contiguous above
+            with dc.allow_view_arguments():
+                out = self._compiled(**call)
+        else:
+            out = self._compiled(**call)
+        if _STEP_TIMES:
+            now = time.perf_counter()
+            print(f"[distsdfg] rank {rank} call of {self.lowered.original_name}: {(now - t_call) * 1e3:.3f} ms, "
+                  f"{(now - t_program) * 1e3:.3f} ms of it in the compiled program", file=sys.stderr, flush=True)
+        return self._root_args.results(out, rank, copy=False)
+
+    @functools.cached_property
+    def _root_args(self):
+        return RootArguments(self.sdfg, self.lowered)
+
+
+def _same_but_unit_dims(got, want) -> bool:
+    """Two shapes equal once their dimensions of size 1 are dropped (same elements, same order)."""
+    return tuple(d for d in got if d != 1) == tuple(int(d) for d in want if d != 1)
+
+
+def _log(msg: str, verbose: bool):
+    if verbose:
+        print(f"[distsdfg] {msg}", file=sys.stderr, flush=True)
+
+
+STAMP = "distsdfg.stamp"
+
+#: $DISTSDFG_STEP_TIMES: every call prints its time and the time in the compiled program, and
+#: every communication step its own (distsdfg_runtime.h), on stderr.
+_STEP_TIMES = os.environ.get("DISTSDFG_STEP_TIMES", "0") not in ("", "0")
+
+
+def build_key(sdfg: SDFG, code_objects=None) -> str:
+    """What a build depends on: the generated code, our runtime header, DaCe's version, the BLAS, the
+    compiler flags."""
+    import hashlib
+
+    import dace
+
+    if code_objects is None:
+        code_objects = dc.generate_code(sdfg)[1]
+    h = hashlib.sha1(dace.__version__.encode())
+    h.update(blas.configure().key().encode())
+    h.update(" ".join(toolchain.base_flags()).encode())
+    for obj in code_objects:
+        h.update(obj.name.encode())
+        h.update(_include_order_free(obj.clean_code).encode())
+    for name in sorted(os.listdir(INCLUDE_DIR)):
+        with open(os.path.join(INCLUDE_DIR, name), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def _include_order_free(code: str) -> str:
+    """``code`` with its ``#include`` lines sorted first: DaCe 1.0.2 emits the headers of a program's
+    library environments (MPI, MKL) in an order that differs between a fresh and an existing build
+    folder, which must not make an identical program rebuild."""
+    lines = code.splitlines()
+    includes = sorted(ln for ln in lines if ln.lstrip().startswith("#include"))
+    return "\n".join(includes + [ln for ln in lines if not ln.lstrip().startswith("#include")])
+
+
+def _cached(folder: str, key: str, name: str) -> bool:
+    from dace.config import Config
+    lib = os.path.join(folder, "build", f"lib{name}.{Config.get('compiler', 'library_extension')}")
+    try:
+        with open(os.path.join(folder, STAMP)) as f:
+            return f.read().strip() == key and os.path.exists(lib) and os.path.exists(
+                os.path.join(folder, "program.sdfg"))
+    except OSError:
+        return False
+
+
+def build_lock(folder: str, exclusive: bool = True):
+    """Hold a lock on the build folder ``folder``: exclusive while building, shared while loading.
+
+    Programs compiled at the same time on different communicators (each builds on its own rank 0)
+    may share a build folder: the same program, or programs of one name. The lock file lies beside
+    the folder, which a build rewrites.
+    """
+    return file_lock(folder, exclusive)
+
+
+def load_build(folder: str):
+    """Load the program built in ``folder`` (a rank other than the builder)."""
+    with build_lock(folder, exclusive=False):
+        return dc.load_compiled(folder)
+
+
+def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
+    """Compile ``sdfg`` unless its build folder already holds this exact build; returns (compiled, folder).
+
+    The stamp is written only after a complete build, so an interrupted compile is rebuilt
+    on the next run rather than loaded half-made; builders of one folder take turns (``build_lock``).
+    """
+    t0 = time.time()
+    with build_lock(sdfg.build_folder), dc.release_build():
+        if getattr(getattr(sdfg, "_distsdfg", None), "target", "cpu") == "gpu":
+            with build_settings(sdfg.build_folder):
+                return _build(sdfg, verbose, rebuild, t0)
+        return _build(sdfg, verbose, rebuild, t0)
+
+
+def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
+    blas.check_program(sdfg)
+    folder = sdfg.build_folder
+    wrap = packing(sdfg, keep=(PLAN_LEN,))      # per-rank symbols in one array, above a threshold
+    program, objects = dc.generate_code(sdfg, wrap=wrap)           # generated once: for the key and the build
+    key = build_key(sdfg, objects)
+    rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")
+    if not rebuild and _cached(folder, key, sdfg.name):
+        _log(f"{sdfg.name}: reusing the build in {folder} ({time.time() - t0:.1f}s)", verbose)
+        return dc.load_compiled(folder), folder
+    try:
+        os.remove(os.path.join(folder, STAMP))
+    except OSError:
+        pass
+    if program.is_loaded():       # a library of this name is loaded here: build under another name
+        program, objects = dc.generate_code(sdfg, rename_if_loaded=True, wrap=wrap)
+    _log(f"{sdfg.name}: generating and compiling C++ ...", verbose)
+    how = toolchain.build_program(program, objects, folder)
+    with open(os.path.join(folder, STAMP), "w") as f:
+        f.write(key)
+    _log(f"{sdfg.name}: compiled in {time.time() - t0:.1f}s ({how})", verbose)
+    return dc.load_compiled(folder, program), folder
+
+
+def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None,
+                        rebuild: bool = False, threads_per_rank: Optional[int] = None) -> DistributedProgram:
+    """Build on rank 0 of ``comm`` (or reuse an identical build), load on every rank (collective over
+    ``comm``, default ``MPI.COMM_WORLD``). The program runs on ``comm``: its ranks are the ranks the
+    plan speaks of, and every communication step uses it (see ``rewriter.COMM_ARG``).
+
+    Every rank runs with ``threads_per_rank`` OpenMP and MKL threads (default 1, or
+    ``$DISTSDFG_THREADS_PER_RANK``)."""
+    comm = comm_of(comm)
+    lowered_of(sdfg)
+    threads = blas.threads_per_rank(threads_per_rank)
+    blas.configure()
+    blas.use_threads(threads)      # before the BLAS is loaded: OpenBLAS's threads, MKL's layer are fixed then
+    dc.ensure_mpi_on_path()
+    if verbose is None:
+        verbose = os.environ.get("DISTSDFG_VERBOSE", "0") not in ("", "0")
+    folder, error = None, None
+    compiled = None
+    if comm.rank == 0:
+        try:
+            compiled, folder = build(sdfg, verbose=verbose, rebuild=rebuild)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+    # Every rank plans from rank 0's lowering: the binary was built from it.
+    folder, error, low = idle_bcast(comm, (folder, error, lowered_of(sdfg) if comm.rank == 0 else None))
+    sdfg._distsdfg = low
+    if error is not None:
+        raise DistributedLoweringError(f"compiling `{sdfg.name}` failed on rank 0: {error}")
+    if comm.rank != 0:
+        compiled = load_build(folder)
+    comm.Barrier()
+    return DistributedProgram(sdfg, compiled, comm, threads)

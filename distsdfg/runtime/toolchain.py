@@ -1,0 +1,371 @@
+"""Compiling a generated CPU program: one compiler call, a cached loader stub and a precompiled header.
+
+DaCe builds every program as a CMake project: a fresh build folder costs a CMake configure
+(compiler checks, ``find_package(MPI)``: ~2 s), a ``make`` and a compile of the loader stub, and the
+program's translation unit parses DaCe's runtime, MPI, MKL and our runtime headers again (~2.5 s of
+the ~5 s compile). For a CPU program whose environments this module understands (MPI, our runtime,
+MKL/OpenBLAS and other header-and-library environments), ``build_program`` instead
+
+* compiles the program's sources and links them into ``build/lib<name>.so`` with one compiler call,
+  with the flags DaCe's CMake project would use (``compiler.cpu.args``, the build type's optimisation
+  level, ``-fopenmp``) except debug information;
+* copies the loader stub (program independent) from a per-user cache;
+* force-includes a precompiled header of the runtime headers (GCC only; built once per compiler,
+  flags and header contents, under ``~/.cache/distsdfg/pch-*``). GCC ignores a precompiled header that
+  does not fit and reads the headers themselves, so it never changes what is compiled.
+
+Anything else (GPU code, CMake packages other than MPI, CMake files, an MPI without ``mpicxx``),
+``DISTSDFG_CMAKE=1``, or a failed direct compile goes through DaCe's CMake build unchanged.
+This is DaCe-version-sensitive code (program folder layout, environment fields) like ``dace_compat``.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from .. import dace_compat as dc
+from .locks import file_lock
+
+#: Optimisation flags per CMake build type, as DaCe's CMake project appends them (debug info left out
+#: for RelWithDebInfo, DaCe's default: it makes the compile a quarter slower and nobody reads it).
+BUILD_TYPE_FLAGS = {"Release": ["-O3", "-DNDEBUG"], "RelWithDebInfo": ["-O2", "-DNDEBUG"],
+                    "MinSizeRel": ["-Os", "-DNDEBUG"], "Debug": ["-g"]}
+
+_EXPAND = re.compile(r"(_DACE_CMAKE_EXPAND|\$)\{(\w+)\}")
+
+
+class NotDirect(Exception):
+    """This program needs DaCe's CMake build (the message says why)."""
+
+
+@dataclass
+class Recipe:
+    """What one compiler call needs: include folders, compile flags, libraries, link flags, headers."""
+    includes: List[str] = field(default_factory=list)
+    cflags: List[str] = field(default_factory=list)
+    libs: List[str] = field(default_factory=list)
+    ldflags: List[str] = field(default_factory=list)
+    headers: List[str] = field(default_factory=list)     # force-includable, in the environments' order
+
+
+def cache_dir() -> str:
+    base = os.environ.get("DISTSDFG_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "distsdfg")
+    os.makedirs(base, exist_ok=True)
+    return base
+
+
+def enabled() -> bool:
+    return os.environ.get("DISTSDFG_CMAKE", "0") in ("", "0")
+
+
+# -- MPI --------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def mpi_flags() -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+    """(compile flags, link flags) of the MPI that ``mpicxx`` wraps (MPICH's ``-show``, Open MPI's
+    ``--showme``); NotDirect without one."""
+    b = dc.mpi_bin_dir()
+    for wrapper in ("mpicxx", "mpic++", "mpiCC"):
+        exe = os.path.join(b, wrapper) if b else None
+        exe = exe if exe and os.path.exists(exe) else shutil.which(wrapper)
+        if not exe:
+            continue
+        for opt in ("-show", "--showme"):
+            try:
+                out = subprocess.run([exe, opt], capture_output=True, text=True, timeout=30)
+            except (OSError, subprocess.SubprocessError):
+                continue
+            if out.returncode == 0 and out.stdout.strip():
+                words = shlex.split(out.stdout.strip())[1:]           # drop the compiler itself
+                cflags = [w for w in words if w.startswith(("-I", "-D", "-pthread"))]
+                lflags = [w for w in words if w.startswith(("-L", "-l", "-Wl", "-pthread")) and w != "-Wl,--enable-new-dtags"]
+                # "-Wl,-rpath -Wl,dir" comes as two words: keep them together
+                return tuple(cflags), tuple(lflags)
+    raise NotDirect("no mpicxx/mpic++ wrapper found to read MPI's flags from")
+
+
+def _expand(text: str) -> List[str]:
+    """An environment flag with CMake variables replaced by what they mean for MPI."""
+    def sub(m):
+        var = m.group(2)
+        cflags, lflags = mpi_flags()
+        if var == "MPI_CXX_HEADER_DIR":
+            dirs = [f[2:] for f in cflags if f.startswith("-I")]
+            return " ".join(dirs[:1])
+        if var == "MPI_CXX_LIBRARIES":
+            return " ".join(lflags)
+        if var == "MPI_LINKER_FLAGS":
+            return ""
+        raise NotDirect(f"environment flag {text!r} needs CMake variable {var}")
+    return shlex.split(_EXPAND.sub(sub, text))
+
+
+# -- the recipe -------------------------------------------------------------------------------------
+def recipe(environment_names: Iterable[str]) -> Recipe:
+    """Compile and link flags for the program's environments (DaCe's ``dace_environments.csv``)."""
+    import dace.library
+    envs = dace.library.get_environments_and_dependencies(set(environment_names))
+    r = Recipe()
+    packages = set()
+    for env in envs:
+        ev = _eval      # an environment field may be a value or a function giving it
+        packages |= set(ev(env.cmake_packages))
+        if ev(env.cmake_files):
+            raise NotDirect(f"environment {env.__name__} brings CMake files")
+        for inc in ev(env.cmake_includes):
+            r.includes += _expand(inc)
+        for flag in ev(env.cmake_compile_flags):
+            r.cflags += _expand(flag)
+        for lib in ev(env.cmake_libraries):
+            for w in _expand(lib):
+                r.libs.append(w if w.startswith("-") or os.path.isabs(w) else "-l" + w)
+        for flag in ev(env.cmake_link_flags):
+            r.ldflags += _expand(flag)
+        headers = ev(env.headers)
+        for group in (headers.values() if isinstance(headers, dict) else [headers]):
+            env_dir = os.path.dirname(env._dace_file_path)
+            for h in group:
+                if os.path.isabs(h):
+                    r.includes.append(os.path.dirname(h))
+                elif os.path.isfile(os.path.join(env_dir, h)):
+                    r.includes.append(env_dir)
+                if "/" not in h and h not in r.headers:
+                    r.headers.append(h)
+    unknown = packages - {"MPI"}
+    if unknown:
+        raise NotDirect(f"CMake packages {sorted(unknown)}")
+    if "MPI" in packages:
+        cflags, lflags = mpi_flags()
+        r.cflags += list(cflags)
+        r.libs += list(lflags)
+    r.includes = list(dict.fromkeys(r.includes))
+    return r
+
+
+def _eval(v):
+    return v() if callable(v) else v
+
+
+def base_flags() -> List[str]:
+    """The compile flags of every CPU program (DaCe's configuration plus the build type's)."""
+    from dace.config import Config
+    flags = shlex.split(Config.get("compiler", "cpu", "args") or "")
+    flags += BUILD_TYPE_FLAGS.get(str(Config.get("compiler", "build_type")), ["-O2", "-DNDEBUG"])
+    return flags + ["-fopenmp", "-fPIC"]
+
+
+def dace_include() -> str:
+    import dace
+    return os.path.join(os.path.dirname(os.path.abspath(dace.__file__)), "runtime", "include")
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_id(cxx: str) -> str:
+    try:
+        return subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise NotDirect(f"cannot run the C++ compiler {cxx}: {exc}")
+
+
+def _is_gcc(cxx: str) -> bool:
+    v = compiler_id(cxx)
+    return "Free Software Foundation" in v and "clang" not in v.lower()
+
+
+def _run(argv: List[str], cwd: Optional[str] = None) -> None:
+    out = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise subprocess.CalledProcessError(out.returncode, argv, out.stdout, out.stderr)
+
+
+# -- cached pieces ----------------------------------------------------------------------------------
+def loader_stub(cxx: str) -> str:
+    """DaCe's loader stub, compiled once per compiler and DaCe version."""
+    src = os.path.join(os.path.dirname(dace_include()), "..", "codegen", "tools", "dacestub.cpp")
+    src = os.path.normpath(src)
+    with open(src, "rb") as f:
+        h = hashlib.sha1(f.read() + compiler_id(cxx).encode() + cxx.encode()).hexdigest()[:12]
+    folder = os.path.join(cache_dir(), f"stub-{h}")
+    lib = os.path.join(folder, "libdacestub.so")
+    if os.path.exists(lib):
+        return lib
+    os.makedirs(folder, exist_ok=True)
+    with file_lock(lib):
+        if not os.path.exists(lib):
+            tmp = lib + f".{os.getpid()}.tmp"
+            _run([cxx, "-O2", "-fPIC", "-shared", "-fopenmp", src, "-o", tmp, "-ldl", "-lpthread"])
+            os.replace(tmp, lib)
+    return lib
+
+
+def precompiled_header(cxx: str, flags: List[str], headers: List[str]) -> Optional[str]:
+    """A header that includes DaCe's runtime and ``headers``, with its GCC precompiled form beside it
+    (built once per compiler, flags and header contents); None where GCC is not the compiler."""
+    if not _is_gcc(cxx) or os.environ.get("DISTSDFG_PCH", "1") in ("", "0"):
+        return None
+    text = "".join(f"#include <{h}>\n" for h in ["dace/dace.h"] + headers)
+    h = hashlib.sha1((cxx + compiler_id(cxx) + "\0".join(flags) + text).encode())
+    for inc in [f[2:] for f in flags if f.startswith("-I")]:     # the headers' contents: our runtime changes
+        for name in headers:
+            p = os.path.join(inc, name)
+            if os.path.isfile(p):
+                with open(p, "rb") as f:
+                    h.update(f.read())
+    import dace
+    h.update(dace.__version__.encode())
+    folder = os.path.join(cache_dir(), f"pch-{h.hexdigest()[:16]}")
+    header = os.path.join(folder, "distsdfg_pch.h")
+    if os.path.exists(header + ".gch"):
+        return header
+    os.makedirs(folder, exist_ok=True)
+    with file_lock(header):
+        if not os.path.exists(header + ".gch"):
+            with open(header, "w") as f:
+                f.write(text)
+            tmp = header + f".{os.getpid()}.tmp"
+            try:
+                _run([cxx] + flags + ["-x", "c++-header", header, "-o", tmp])
+                os.replace(tmp, header + ".gch")
+            except subprocess.CalledProcessError:
+                return None          # compile without: the headers are read as usual
+    return header
+
+
+_HOST_STEP = re.compile(r"distsdfg::run_step<([^<>]+?), distsdfg::HostMem>")
+
+
+def host_step_types(srcs: List[str]) -> List[str]:
+    """The element types (C++ names) of the host-memory steps the program's sources run."""
+    found = []
+    for path in srcs:
+        with open(path) as f:
+            for t in _HOST_STEP.findall(f.read()):
+                if t not in found:
+                    found.append(t)
+    return found
+
+
+def host_step_name(ctype: str) -> str:
+    return "distsdfg_host_step_" + re.sub(r"\W+", "_", ctype).strip("_")
+
+
+def host_steps_library(cxx: str, flags: List[str], pch: Optional[str], ctype: str,
+                       mpi_libs: List[str]) -> str:
+    """A shared library that runs the host steps of element type ``ctype`` (distsdfg_host_steps.h),
+    compiled once per compiler, flags and runtime header, and never unloaded (-z nodelete)."""
+    from ..mpi.environment import INCLUDE_DIR
+    text = (f"#include <dace/dace.h>\n#include <distsdfg_runtime.h>\n#include <distsdfg_host_steps.h>\n"
+            f"DISTSDFG_DEFINE_HOST_STEP({ctype}, {host_step_name(ctype)})\n")
+    h = hashlib.sha1((cxx + compiler_id(cxx) + "\0".join(flags + mpi_libs) + text).encode())
+    for name in ("distsdfg_runtime.h", "distsdfg_host_steps.h"):
+        with open(os.path.join(INCLUDE_DIR, name), "rb") as f:
+            h.update(f.read())
+    folder = os.path.join(cache_dir(), f"steps-{h.hexdigest()[:16]}")
+    lib = os.path.join(folder, f"lib{host_step_name(ctype)}.so")
+    if os.path.exists(lib):
+        return lib
+    os.makedirs(folder, exist_ok=True)
+    with file_lock(lib):
+        if not os.path.exists(lib):
+            src = os.path.join(folder, host_step_name(ctype) + ".cpp")
+            with open(src, "w") as f:
+                f.write(text)
+            tmp = lib + f".{os.getpid()}.tmp"
+            pre = ["-include", pch] if pch else []
+            _run([cxx] + flags + [f"-I{INCLUDE_DIR}"] + pre + [src, "-shared", "-o", tmp] + mpi_libs
+                 + ["-Wl,-z,nodelete"])
+            os.replace(tmp, lib)
+    return lib
+
+
+# -- the build --------------------------------------------------------------------------------------
+def sources(folder: str) -> List[str]:
+    """The program's source files; NotDirect if any is not plain CPU code."""
+    out = []
+    with open(os.path.join(folder, "dace_files.csv")) as f:
+        for line in filter(None, (ln.strip() for ln in f)):
+            target, kind, name = line.split(",")
+            if target != "cpu":
+                raise NotDirect(f"a {target} source ({name})")
+            out.append(os.path.join(folder, "src", target, kind, name) if kind
+                       else os.path.join(folder, "src", target, name))
+    return out
+
+
+def compile_direct(folder: str, name: str) -> Dict[str, object]:
+    """Compile the program folder ``folder`` (written by DaCe's ``generate_program_folder``) into
+    ``build/lib<name>.so`` and put the loader stub beside it. NotDirect if it needs CMake."""
+    from dace.config import Config
+    folder = os.path.abspath(folder)
+    srcs = sources(folder)
+    with open(os.path.join(folder, "dace_environments.csv")) as f:
+        envs = [ln.strip() for ln in f if ln.strip()]
+    r = recipe(envs)
+    cxx = dc.cxx_compiler()
+    compiler_id(cxx)
+    flags = base_flags() + [f"-I{dace_include()}"] + [f"-I{d}" for d in r.includes] + r.cflags
+    libs = r.libs + shlex.split(Config.get("compiler", "cpu", "libs") or "")
+    ld = r.ldflags + shlex.split(Config.get("compiler", "linker", "args") or "")
+    rpath = list(dict.fromkeys([w[2:] for w in libs if w.startswith("-L")]
+                               + [os.path.dirname(w) for w in libs if os.path.isabs(w)]))
+    build = os.path.join(folder, "build")
+    os.makedirs(build, exist_ok=True)
+    ext = Config.get("compiler", "library_extension")
+    lib = os.path.join(build, f"lib{name}.{ext}")
+    pch = precompiled_header(cxx, flags, r.headers)
+    steps = []
+    if "distsdfg_runtime.h" in r.headers and os.environ.get("DISTSDFG_HOST_STEPS", "1") not in ("", "0"):
+        mpi_libs = list(mpi_flags()[1])
+        for ctype in host_step_types(srcs):
+            steps.append((ctype, host_steps_library(cxx, flags, pch, ctype, mpi_libs)))
+    if steps:
+        decl = os.path.join(folder, "include", "distsdfg_host_steps_decl.h")
+        os.makedirs(os.path.dirname(decl), exist_ok=True)
+        with open(decl, "w") as f:
+            f.write("#include <distsdfg_runtime.h>\n#include <distsdfg_host_steps.h>\n" + "".join(
+                f"DISTSDFG_DECLARE_HOST_STEP({t}, {host_step_name(t)})\n" for t, _ in steps))
+        flags = flags + ["-include", decl]
+        libs = libs + [path for _, path in steps]
+        rpath = list(dict.fromkeys(rpath + [os.path.dirname(path) for _, path in steps]))
+    link = ["-shared", "-o", lib + ".tmp"] + libs + ld + [f"-Wl,-rpath,{d}" for d in rpath]
+    argv = [cxx] + flags + srcs + link
+    used_pch = False
+    if pch is not None:
+        try:
+            _run([cxx, "-include", pch] + argv[1:], cwd=build)
+            argv, used_pch = [cxx, "-include", pch] + argv[1:], True
+        except subprocess.CalledProcessError:
+            pass                                    # compiled again below, reading the headers
+    if not used_pch:
+        _run(argv, cwd=build)
+    os.replace(lib + ".tmp", lib)
+    stub = os.path.join(build, f"libdacestub_{name}.{ext}")
+    shutil.copyfile(loader_stub(cxx), stub + ".tmp")       # a loaded stub is replaced, never overwritten
+    os.replace(stub + ".tmp", stub)
+    with open(os.path.join(build, "distsdfg_compile.sh"), "w") as f:     # the command that built it
+        f.write(" ".join(shlex.quote(a) for a in argv) + "\n")
+    return {"pch": used_pch, "library": lib, "host_steps": [t for t, _ in steps]}
+
+
+def build_program(sdfg, code_objects, folder: str) -> str:
+    """Write the program folder for ``sdfg`` and its generated ``code_objects`` into ``folder`` and
+    compile it, directly where possible, else through DaCe's CMake project. Returns how it was built."""
+    from dace.codegen import compiler
+    compiler.generate_program_folder(sdfg, code_objects, folder)
+    if enabled():
+        try:
+            info = compile_direct(folder, sdfg.name)
+            return "direct" + (", precompiled header" if info["pch"] else "") + (
+                f", prebuilt host steps {info['host_steps']}" if info["host_steps"] else "")
+        except (NotDirect, subprocess.CalledProcessError, OSError):
+            pass
+    dc.ensure_mpi_on_path()
+    compiler.configure_and_compile(folder, sdfg.name)
+    return "cmake"

@@ -1,0 +1,1 @@
+"""Value types: schedules, the symbolic plan's records (Layout, StepSpec, HomeSpec, CommStep), bound evaluation."""

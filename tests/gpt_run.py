@@ -155,6 +155,8 @@ def train_distributed(prog, fn, args, call, result, model, idx, tgt, comm) -> di
     """Three AdamW steps in distributed placement: every rank passes its own blocks of the weights
     and both Adam moments and keeps them between calls; rank 0 assembles them after the last."""
     import time
+
+    from distsdfg.testing.torch_run import assemble_placed
     rank = comm.rank
     lay = {a: fn.layout(a) for a, v in args.items() if isinstance(v, np.ndarray)}
     placed = {a for a in lay if lay[a].placement == "distributed"}
@@ -175,14 +177,7 @@ def train_distributed(prog, fn, args, call, result, model, idx, tgt, comm) -> di
             losses.append(float(np.asarray(loss).reshape(-1)[0]))
             ref_losses.append(float(rl.item()))
     result["seconds"]["calls"] = times
-    got = {}
-    for a in args:
-        if a in placed:
-            blocks = comm.gather(mine[a])
-            if rank == 0:
-                got[a] = lay[a].assemble(blocks)
-        else:
-            got[a] = mine[a]
+    got = assemble_placed(comm, args, mine, {a: lay[a] for a in placed})
     if rank == 0:
         sd = prog.state_dict(got)
         want = {k: v for k, v in ref.state_dict().items() if k in sd}

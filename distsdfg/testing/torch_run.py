@@ -170,6 +170,20 @@ def _three_steps(call, args, model, mode, x, y, rank):
     return ref, ropt, losses, ref_losses
 
 
+def assemble_placed(comm, args, mine, placed) -> dict:
+    """Every argument as rank 0 sees it after the calls: the blocks of the ``placed`` ones (name ->
+    ``ArrayLayout``) gathered and assembled there, the others as this rank holds them."""
+    got = {}
+    for a in args:
+        if a in placed:
+            blocks = comm.gather(mine[a])
+            if comm.rank == 0:
+                got[a] = placed[a].assemble(blocks)
+        else:
+            got[a] = mine[a]
+    return got
+
+
 def train_distributed(prog, fn, args, call, result, model, x, y, mode, comm) -> dict:
     """Three steps in distributed placement: every rank passes its own blocks of the weights and
     optimizer state and keeps them between calls; rank 0 assembles them only after the last call."""
@@ -179,14 +193,7 @@ def train_distributed(prog, fn, args, call, result, model, x, y, mode, comm) -> 
             for a, v in args.items()}
     result["placed"] = sorted(a for a in lay if lay[a].placement == "distributed")
     ref, ropt, losses, ref_losses = _three_steps(call, mine, model, mode, x, y, rank)
-    got = {}
-    for a in args:
-        if a in lay and lay[a].placement == "distributed":
-            blocks = comm.gather(mine[a])
-            if rank == 0:
-                got[a] = lay[a].assemble(blocks)
-        else:
-            got[a] = mine[a]
+    got = assemble_placed(comm, args, mine, {a: lay[a] for a in lay if lay[a].placement == "distributed"})
     if rank == 0:
         result["loss_err"] = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
         sd = prog.state_dict(got)

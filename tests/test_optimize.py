@@ -194,6 +194,20 @@ def test_transposing_maps_are_tiled_and_compute_the_same():
     assert np.array_equal(t, 2.0 * g.T) and np.array_equal(s, g * v[:, None])
 
 
+def test_transposing_maps_of_uneven_blocks_stay_untiled():
+    """A rank block of an uneven split is bounded by ``int_ceil``, which DaCe 1.0.2's type inference
+    of a tiled map's bounds cannot print (code generation failed with PrintMethodNotImplementedError,
+    seen on Megatron's sqrt schedule at P = 2): such maps are left untiled, and DaCe's symbol
+    analysis of the lowered program (what its code generator runs first) goes through."""
+    sdfg = _transpose_then_scale.to_sdfg()
+    sdfg.name = "distsdfg_test_tile_uneven"
+    distsdfg.lower(sdfg, {m.key: (2, 1) for m in distsdfg.maps(sdfg)})
+    ranges = [str(r) for n in _maps(sdfg) for r in n.map.range.ranges]
+    assert any("int_ceil" in r for r in ranges), ranges
+    assert not [n for n in _maps(sdfg) if any(p.startswith("tile") for p in n.map.params)]
+    assert {"TR_M", "TR_N"} <= {str(s) for s in sdfg.free_symbols}
+
+
 @dace.program
 def _accumulations(x: dace.float64[2, 3, 4], W: dace.float64[4, 5, 6], a: dace.float64[7, 8], r: dace.float64[8]):
     r[:] = 0.0

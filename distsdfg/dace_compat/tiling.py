@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
+import sympy
 from dace import symbolic
 from dace.sdfg import SDFG, SDFGState, nodes
 from dace.transformation.dataflow import MapTiling
@@ -76,7 +77,21 @@ def transposed_params(state: SDFGState, entry: nodes.MapEntry) -> Optional[Tuple
     if len(others) != 1:
         return None
     q = others.pop()
+    if not all(_printable(b) for p, r in zip(params, entry.map.range) if p in (q, inner) for b in r[:2]):
+        return None
     return (q, inner) if params.index(q) < params.index(inner) else (inner, q)
+
+
+def _printable(bound) -> bool:
+    """Whether a bound survives in a tiled map's ``SymExpr`` bounds: DaCe 1.0.2 infers the type of a
+    map parameter by printing its bounds with sympy's strict Python printer, which knows no
+    ``int_ceil`` (the blocks of an uneven split), so code generation of such a tiled map fails
+    (``PrintMethodNotImplementedError``). Maps with such bounds stay untiled."""
+    try:
+        sympy.printing.pycode(_bound(bound))
+    except Exception:        # sympy's PrintMethodNotImplementedError (its module moved between versions)
+        return False
+    return True
 
 
 def tile_map(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, tiled: Tuple[str, ...], size: int = TILE) -> None:

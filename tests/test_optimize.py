@@ -99,7 +99,7 @@ def _structure(sdfg):
 
 @pytest.mark.parametrize("prog,schedule", [("greatcircle", {"*": (4,)}), ("softmax", {"*": (1, 1, 1, 4)})])
 def test_counted_map_fusion_fuses_as_map_fusion(prog, schedule):
-    """dace_compat_fusion's candidate test (cached access-node counts) changes nothing but the time."""
+    """dace_compat.fusion's candidate test (cached access-node counts) changes nothing but the time."""
     import copy
 
     from dace.transformation.dataflow import MapFusion
@@ -118,7 +118,7 @@ def test_counted_map_fusion_fuses_as_map_fusion(prog, schedule):
 
 @pytest.mark.parametrize("prog,schedule", [("greatcircle", {"*": (4,)}), ("softmax", {"*": (1, 1, 1, 4)})])
 def test_fused_copy_becomes_the_program(prog, schedule):
-    """optimize_lowered fuses a copy and makes the program that copy (dace_compat_fusion.copy_into):
+    """optimize_lowered fuses a copy and makes the program that copy (dace_compat.fusion.copy_into):
     the same SDFG as fusing the program itself, with every reference into it valid."""
     import copy
 

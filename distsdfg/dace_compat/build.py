@@ -123,7 +123,7 @@ def generate_code(sdfg: SDFG, validate: bool = True, rename_if_loaded: bool = Fa
     """(program, code objects): a copy of ``sdfg`` prepared as ``SDFG.compile`` prepares it (its build
     folder fixed, scope connectors filled; renamed ``name_0``, ... if ``rename_if_loaded`` and a library of
     its name is loaded in this process) and the code DaCe generates for it. ``wrap``: a function that
-    takes the copy over and returns the SDFG to compile (``dace_compat_pack.pack_symbols``)."""
+    takes the copy over and returns the SDFG to compile (``dace_compat.pack.pack_symbols``)."""
     import copy
     from dace.codegen import codegen
     program = copy.deepcopy(sdfg)

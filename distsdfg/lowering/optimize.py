@@ -29,7 +29,7 @@ Steps 1 to 4 apply to straight-line programs with root placement (see ``optimize
    ``out[b, h, i, j] += x[b, i, k] * W[k, h, j]``, the einsums with no batched-GEMM form) become one
    BLAS matrix product on the operands' blocks, permuted into matrices where they are not already,
    and a map adding the product into the output block (``contractions_to_products``,
-   ``dace_compat_einsum``), when the block's product has at least ``MIN_PRODUCT`` multiply-adds.
+   ``dace_compat.einsum``), when the block's product has at least ``MIN_PRODUCT`` multiply-adds.
 7. Maps that copy between two arrays along different dimensions (transposes) are tiled into
    cache-sized blocks (``tile_transposes``, ``dace_compat.tiling``).
 8. The accumulating maps left (step 6's smaller ones, and others) whose every accumulated output is
@@ -142,7 +142,7 @@ def nonatomic_accumulations(sdfg: SDFG) -> int:
 
 
 def contractions_to_products(sdfg: SDFG, min_product: int = None) -> int:
-    """Every top-level accumulating map that is a contraction of two arrays (``dace_compat_einsum``)
+    """Every top-level accumulating map that is a contraction of two arrays (``dace_compat.einsum``)
     and has at least ``min_product`` multiply-adds (default ``MIN_PRODUCT``; symbolic sizes count as
     large) becomes a BLAS matrix product; returns how many. Left alone: products that DaCe's MatMul
     expansion would misread (a matrix of extent one, ``dace_compat.matmul.misread_by_dace``), batched

@@ -6,7 +6,7 @@ Kernels (``kernels.find_kernels``) → per-kernel constraints of the tiled maps
 loops, branches or placed arguments) → matrix products DaCe would misread as maps
 (``dace_compat.matmul``) → the ranks' kernels optimised (``optimize``) → GPU offload
 (``gpu``) → DaCe's validation. The result carries its plan as ``sdfg._distsdfg``
-(``rewriter.Lowered``).
+(``lowered.Lowered``).
 """
 from __future__ import annotations
 

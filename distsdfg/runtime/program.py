@@ -331,7 +331,7 @@ class DistributedProgram:
         call[PLAN_ARRAY] = table
         call[PLAN_LEN] = int(table.shape[0])
         call[COMM_ARG] = self._fcomm
-        if self._packed is not None:      # the per-rank symbols in one array (dace_compat_pack)
+        if self._packed is not None:      # the per-rank symbols in one array (dace_compat.pack)
             call[PACKED] = np.fromiter((call[s] for s in self._packed), np.int64, len(self._packed))
         self._reinitialise_if_sizes_changed(call)
         blas.use_threads(self.threads_per_rank)

@@ -328,16 +328,9 @@ _USER_LAYER = "MKL_THREADING_LAYER" in os.environ
 _warned_layer = False
 
 
-def _loaded(soname: str):
-    """The already loaded library ``soname``, else None (never loads it)."""
-    try:
-        return ctypes.CDLL(soname, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-    except (OSError, AttributeError):
-        return None
-
-
 def _mkl_loaded():
-    return _loaded("libmkl_rt.so.2") or _loaded("libmkl_rt.so.3") or _loaded("libmkl_rt.so")
+    loaded = blas_openblas.already_loaded
+    return loaded("libmkl_rt.so.2") or loaded("libmkl_rt.so.3") or loaded("libmkl_rt.so")
 
 
 def _default_layer(k: int) -> None:
@@ -364,7 +357,7 @@ def use_threads(k: int) -> None:
         os.environ[var] = str(k)
     blas_openblas.set_threads(k)         # read when OpenBLAS is loaded; set directly once it is
     _default_layer(k)
-    gomp = _loaded("libgomp.so.1")
+    gomp = blas_openblas.already_loaded("libgomp.so.1")
     if gomp is not None:
         gomp.omp_set_num_threads(ctypes.c_int(k))
     mkl = _mkl_loaded()

@@ -40,7 +40,7 @@ def find() -> Tuple[Optional[Tuple[Path, Path]], str]:
     root = Path(list(spec.submodule_search_locations)[0])
     inc = root / "include"
     libs = sorted((root / "lib").glob("libscipy_openblas*.so*"))
-    missing = [str(p) for p in (inc / "cblas.h", inc / "lapacke.h") if not p.exists()]
+    missing = [str(inc / h) for h in HEADERS if not (inc / h).exists()]
     if not libs:
         missing.append(str(root / "lib" / "libscipy_openblas.so"))
     if missing:
@@ -90,12 +90,17 @@ def shim_folder(include: Path, cache: Path) -> Path:
     return folder
 
 
-def loaded():
-    """The already loaded libscipy_openblas, else None (never loads it)."""
+def already_loaded(soname: str):
+    """The library ``soname`` if this process has loaded it, else None (never loads it)."""
     try:
-        return ctypes.CDLL("libscipy_openblas.so", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        return ctypes.CDLL(soname, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
     except (OSError, AttributeError):
         return None
+
+
+def loaded():
+    """The already loaded libscipy_openblas, else None (never loads it)."""
+    return already_loaded("libscipy_openblas.so")
 
 
 def set_threads(k: int) -> None:

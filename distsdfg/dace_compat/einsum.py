@@ -39,6 +39,7 @@ from dace import subsets, symbolic
 from dace.sdfg import SDFG, SDFGState, nodes
 
 from ..geometry.boxes import row_major_strides
+from .tiling import bound_expr, bound_names
 
 __all__ = ["Contraction", "contraction_of", "to_matrix_product", "BATCHED_LOCALS"]
 
@@ -50,20 +51,9 @@ _FLOATS = (dtypes.float32, dtypes.float64)
 _CPU = (dtypes.ScheduleType.Default, dtypes.ScheduleType.CPU_Multicore, dtypes.ScheduleType.Sequential)
 
 
-def _expr(x):
-    """A bound as a sympy expression (a ``SymExpr``: its exact value)."""
-    if isinstance(x, symbolic.SymExpr):
-        return x.expr
-    return symbolic.pystr_to_symbolic(str(x)) if not isinstance(x, sympy.Basic) else x
-
-
-def _names(x) -> set:
-    return {str(s) for s in _expr(x).free_symbols}
-
-
 def _zero(x) -> bool:
     try:
-        return sympy.simplify(_expr(x)) == 0
+        return sympy.simplify(bound_expr(x)) == 0
     except (TypeError, ValueError):
         return False
 
@@ -98,7 +88,7 @@ class Contraction:
 
     def extent(self, p: str):
         first, last = self.ranges[p]
-        return sympy.simplify(_expr(last) - _expr(first) + 1)
+        return sympy.simplify(bound_expr(last) - bound_expr(first) + 1)
 
     def size(self, params: Sequence[str]):
         out = sympy.Integer(1)
@@ -118,16 +108,16 @@ def _dim_params(memlet: mm.Memlet, params: Sequence[str]) -> Optional[Tuple[Opti
         return None
     out: List[Optional[str]] = []
     for b, e, s in memlet.subset.ranges:
-        if not _zero(_expr(b) - _expr(e)):
+        if not _zero(bound_expr(b) - bound_expr(e)):
             return None
-        used = [p for p in params if p in _names(b)]
+        used = [p for p in params if p in bound_names(b)]
         if not used:
             out.append(None)
             continue
         if len(used) != 1:
             return None
-        rest = _expr(b) - symbolic.pystr_to_symbolic(used[0])
-        if _names(rest) & set(params):
+        rest = bound_expr(b) - symbolic.pystr_to_symbolic(used[0])
+        if bound_names(rest) & set(params):
             return None
         out.append(used[0])
     named = [p for p in out if p is not None]
@@ -196,7 +186,7 @@ def contraction_of(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry) -> Optio
     late = runtime_defined_symbols(sdfg)
     ranges = {}
     for p, (first, last, step) in zip(params, entry.map.range.ranges):
-        if not _zero(_expr(step) - 1) or (_names(first) | _names(last)) & (set(params) | late):
+        if not _zero(bound_expr(step) - 1) or (bound_names(first) | bound_names(last)) & (set(params) | late):
             return None
         ranges[p] = (first, last)
     groups = {"batch": [], "rows": [], "cols": [], "inner": []}
@@ -223,9 +213,9 @@ def _viewable(sdfg: SDFG, con: Contraction, op: Operand, order: Sequence[str]) -
     desc = sdfg.arrays[op.data]
     if type(desc) is not dt.Array or list(op.params) != list(order):
         return False
-    if not all(_zero(_expr(s) - _expr(r)) for s, r in zip(desc.strides, row_major_strides(list(desc.shape)))):
+    if not all(_zero(bound_expr(s) - bound_expr(r)) for s, r in zip(desc.strides, row_major_strides(list(desc.shape)))):
         return False
-    return all(_zero(con.extent(p) - _expr(n)) for p, n in zip(list(order)[1:], list(desc.shape)[1:]))
+    return all(_zero(con.extent(p) - bound_expr(n)) for p, n in zip(list(order)[1:], list(desc.shape)[1:]))
 
 
 @dataclasses.dataclass
@@ -286,7 +276,7 @@ def _block(con: Contraction, op: Operand) -> subsets.Range:
             continue
         first, last = con.ranges[p]
         sp = symbolic.pystr_to_symbolic(p)
-        out.append((_expr(b).subs(sp, _expr(first)), _expr(b).subs(sp, _expr(last)), 1))
+        out.append((bound_expr(b).subs(sp, bound_expr(first)), bound_expr(b).subs(sp, bound_expr(last)), 1))
     return subsets.Range(out)
 
 

@@ -19,22 +19,23 @@ from dace import symbolic
 from dace.sdfg import SDFG, SDFGState, nodes
 from dace.transformation.dataflow import MapTiling
 
-__all__ = ["TILE", "transposed_params", "tile_map", "outer_param_separates_writes", "mark_nonatomic"]
+__all__ = ["TILE", "transposed_params", "tile_map", "outer_param_separates_writes", "mark_nonatomic", "bound_expr",
+           "bound_names"]
 
 #: Tile edge in elements (best of 8, 16, 32, 64 measured on this machine for float32 and float64).
 TILE = 16
 
 
-def _bound(expr):
+def bound_expr(expr):
     """A subset bound as a sympy expression (``MapTiling``'s ``SymExpr`` bounds: their exact value)."""
     if isinstance(expr, symbolic.SymExpr):
         return expr.expr
-    return symbolic.pystr_to_symbolic(str(expr))
+    return expr if isinstance(expr, sympy.Basic) else symbolic.pystr_to_symbolic(str(expr))
 
 
-def _names(expr) -> set:
+def bound_names(expr) -> set:
     """Names of the symbols in a subset bound."""
-    return {str(x) for x in _bound(expr).free_symbols}
+    return {str(x) for x in bound_expr(expr).free_symbols}
 
 
 def _last_index_param(subset, params: List[str]) -> Optional[str]:
@@ -42,7 +43,7 @@ def _last_index_param(subset, params: List[str]) -> Optional[str]:
     b, e, _ = subset.ranges[-1]
     if b != e:
         return None
-    used = [p for p in params if p in _names(b)]
+    used = [p for p in params if p in bound_names(b)]
     return used[0] if len(used) == 1 else None
 
 
@@ -59,7 +60,7 @@ def transposed_params(state: SDFGState, entry: nodes.MapEntry) -> Optional[Tuple
         return None
     inner = params[-1]
     for e in state.in_edges(state.exit_node(entry)):
-        if e.data.wcr is not None and not set(params) <= {n for b, _, _ in e.data.subset.ranges for n in _names(b)}:
+        if e.data.wcr is not None and not set(params) <= {n for b, _, _ in e.data.subset.ranges for n in bound_names(b)}:
             return None     # an accumulation (a pure einsum): tiling reorders its contraction loops, 2x slower
     body = state.scope_subgraph(entry, include_entry=False, include_exit=False)
     if any(not isinstance(n, (nodes.Tasklet, nodes.AccessNode)) for n in body.nodes()):
@@ -69,7 +70,7 @@ def transposed_params(state: SDFGState, entry: nodes.MapEntry) -> Optional[Tuple
         sub = e.data.subset if e.data.data is not None else None
         if sub is None or sub.dims() < 2:
             continue
-        if any(inner in _names(b) for b, _, _ in sub.ranges[:-1]):
+        if any(inner in bound_names(b) for b, _, _ in sub.ranges[:-1]):
             q = _last_index_param(sub, params)
             if q is None or q == inner:
                 return None
@@ -88,7 +89,7 @@ def _printable(bound) -> bool:
     ``int_ceil`` (the blocks of an uneven split), so code generation of such a tiled map fails
     (``PrintMethodNotImplementedError``). Maps with such bounds stay untiled."""
     try:
-        sympy.printing.pycode(_bound(bound))
+        sympy.printing.pycode(bound_expr(bound))
     except Exception:        # sympy's PrintMethodNotImplementedError (its module moved between versions)
         return False
     return True
@@ -113,7 +114,7 @@ def outer_param_separates_writes(state: SDFGState, entry: nodes.MapEntry) -> boo
     wcr = [e for e in state.in_edges(state.exit_node(entry)) if e.data.wcr is not None]
     for e in wcr:
         sub = e.data.subset
-        if sub is None or not any(_bound(b) == first and _bound(en) == first for b, en, _ in sub.ranges):
+        if sub is None or not any(bound_expr(b) == first and bound_expr(en) == first for b, en, _ in sub.ranges):
             return False
     return bool(wcr)
 

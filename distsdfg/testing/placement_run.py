@@ -12,7 +12,6 @@ rank's largest Python allocation (tracemalloc) and resident-memory growth. ``DIR
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
@@ -21,6 +20,7 @@ import sys
 import traceback
 import tracemalloc
 import warnings
+from unittest import mock
 
 import numpy as np
 
@@ -69,22 +69,6 @@ def _report(sdfg, sizes, P):
              "repeats": s.repeats} for s in distsdfg.comm_report(sdfg, nprocs=P, **sizes)]
 
 
-@contextlib.contextmanager
-def _pack_above(limit):
-    """Compile with ``$DISTSDFG_PACK_SYMBOLS_ABOVE`` = ``limit`` (None: as it is)."""
-    old = os.environ.get("DISTSDFG_PACK_SYMBOLS_ABOVE")
-    if limit is not None:
-        os.environ["DISTSDFG_PACK_SYMBOLS_ABOVE"] = str(limit)
-    try:
-        yield
-    finally:
-        if limit is not None:
-            if old is None:
-                os.environ.pop("DISTSDFG_PACK_SYMBOLS_ABOVE")
-            else:
-                os.environ["DISTSDFG_PACK_SYMBOLS_ABOVE"] = old
-
-
 def _rel(a, b) -> float:
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.size == 0:
@@ -103,7 +87,7 @@ def run_case(case: str, comm, tag: int) -> dict:
     inputs = p.inputs(np.random.default_rng(1234))
     sizes = dict(p.symbols)
     sdfg = _lower(name, sched, placement, sizes, P, tag)
-    with _pack_above(0 if case.endswith(":packed") else None):
+    with mock.patch.dict(os.environ, {"DISTSDFG_PACK_SYMBOLS_ABOVE": "0"} if case.endswith(":packed") else {}):
         prog = distsdfg.compile(sdfg, comm=comm)
     low = prog.lowered
     sizes = global_sizes(prog, inputs, sizes)

@@ -23,7 +23,8 @@ CASES = {
     ],
     8: ["add3d:_Add__map=2,2,2", "reduce_sum:reduce_output=2,4", "matmul:gemm_map=2,2,2",
         "repartition:_Mult__map=4,2;_Add__map=2,4"],
-    2: ["spmv:spmv=2", "matmul:gemm_map=1,1,2"],
+    2: ["spmv:spmv=2", "matmul:gemm_map=1,1,2",
+        "matmul:gemm_map=1,2,1"],      # B's column blocks packed on rank 0, its own copied while rank 1's travels
 }
 
 # Multi-kernel programs whose intermediates stay distributed (issue 3).
@@ -39,6 +40,9 @@ MULTI = {
     # Megatron with row blocks out: partial sums reduce-scattered straight between the buffers
     "mlp_rows_out": "mlp:_MatMult_.gemm_map=1,4,1;_Add__map=1,4;_numpy_maximum__map=1,4;_MatMult__2.gemm_map=1,1,4;"
                     "_Add__map_2=4,1",
+    # hidden 128 split 3 ways: the padded blocks of h and W2 are filled on the rank whose block is
+    # smaller than its buffer and not on the two whose blocks cover theirs (F_PAD); rank 3 idle
+    "mlp_uneven": "mlp:_MatMult_.gemm_map=1,3,1;_Add__map=1,3;_numpy_maximum__map=1,3;_MatMult__2.gemm_map=1,1,3",
 }
 CASES[4] += list(MULTI.values())
 
@@ -205,3 +209,26 @@ def test_auto_schedule_uses_all_ranks(results, prog):
     import math
     for key, grid in r["schedule"].items():
         assert math.prod(grid) == 4, (key, grid)
+
+
+def test_host_buffers_are_remade_when_sizes_change(tmp_path):
+    """target="cpu" programs keep their ranks' buffers from call to call (persistent); a call with
+    other sizes re-initialises the program (distsdfg.testing.gpu_args on the host, 2 ranks)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from distsdfg.launch.mpiexec import mpiexec_argv
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    out = tmp_path / "args.json"
+    proc = subprocess.run(mpiexec_argv(2, ["-m", "distsdfg.testing.gpu_args", str(out), "cpu"], timeout=900),
+                          env=env, cwd=str(tmp_path), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = json.loads(out.read_text())
+    assert [r["check"] for r in records] == ["matmul 256x192x128", "matmul 64x48x40", "matmul 256x192x128",
+                                             "affine in place"]
+    for r in records:
+        assert r["kind"] == "numpy" and r["rel_err"] <= 1e-12, r

@@ -3,7 +3,8 @@
 Scatter and gather send from and receive into the user's arrays and the local buffers in place
 when a block is one contiguous run there; these check when that holds. The device memory
 policy's box copies (2-D planes, as cudaMemcpy2D takes them) must agree with the host policy's
-element by element; they are checked on host memory (EmulatedDeviceMem), and so is the cache
+element by element, and so must the host policy's direct box copy between two buffers (a rank's
+message to itself); they are checked on host memory (EmulatedDeviceMem), and so is the cache
 that keeps the device policy's temporaries from one step to the next (Pool)."""
 import os
 import shutil
@@ -110,6 +111,23 @@ int main() {
         HostMem::combine(nd, op, c1.data(), shape, origin, start, size, in.data());
         EmulatedDeviceMem::combine(nd, op, c2.data(), shape, origin, start, size, in.data());
         if (c1 != c2) { std::printf("combine differs at trial %d\n", trial); return 1; }
+        // HostMem::copy (a rank's message to itself, no staging buffer) into a larger buffer
+        // around the box must equal packing the box and unpacking it there.
+        int64_t dshape[4], dorigin[4];
+        for (int64_t d = 0; d < nd; ++d) {
+            const int64_t grow = pick(0, 2), before = pick(0, grow);
+            dshape[d] = shape[d] + grow;
+            dorigin[d] = origin[d] - before;
+        }
+        std::vector<double> d1(volume(nd, dshape)), d2;
+        for (auto& x : d1) x = double(rng() % 1000);
+        d2 = d1;
+        HostMem::copy(nd, buf.data(), shape, origin, d1.data(), dshape, dorigin, start, size);
+        HostMem::unpack(nd, d2.data(), dshape, dorigin, start, size, a.data());
+        if (d1 != d2) { std::printf("copy differs at trial %d\n", trial); return 1; }
+        bool whole = true;
+        for (int64_t d = 0; d < nd; ++d) whole = whole && start[d] == origin[d] && size[d] == shape[d];
+        if (covers(nd, shape, origin, start, size) != whole) { std::printf("covers differs at trial %d\n", trial); return 1; }
         int64_t planes = 0;
         for_planes(nd, shape, origin, start, size, [&](int64_t, int64_t, int64_t, int64_t, int64_t) { ++planes; });
         planes_max = std::max(planes_max, planes);

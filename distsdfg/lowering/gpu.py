@@ -43,6 +43,7 @@ from ..errors import DistributedLoweringError, UnsupportedProgramError
 from ..mpi import DistributedMemlet
 from ..mpi.distributed_memlet import BUFFERS
 from ..mpi.environment import INCLUDE_DIR
+from .buffers import persist
 
 __all__ = ["OffloadKernels", "DeviceBufferComm", "emulate_on_host", "build_settings", "gpu_available", "nvcc_path", "cuda_arch",
            "has_cublas", "mpi_cuda_support", "require_cuda_aware_mpi", "COMPAT_HEADER"]
@@ -197,16 +198,6 @@ def build_settings(build_folder: str):
         blas.default_implementation = old_blas
 
 
-def _persist(sdfg: SDFG, desc: dt.Array):
-    """Allocate ``desc`` once, when the program is initialised, instead of on every call (device
-    buffers and pinned host buffers are slow to allocate; fresh host pages are slow to touch).
-    Only for sizes the initialisation knows: the program's free symbols. The runtime re-initialises
-    the program when those values change between calls."""
-    known = {str(s) for s in sdfg.free_symbols}
-    if {str(s) for s in desc.free_symbols} <= known:
-        desc.lifetime = dtypes.AllocationLifetime.Persistent
-
-
 class DeviceBufferComm(ppl.Pass):
     """Let every communication step use its buffers where they are: ``buffers="device"`` (GPU
     buffers straight to a CUDA-aware MPI), ``"staged"`` (pinned host copies of the GPU buffers,
@@ -291,7 +282,7 @@ class OffloadKernels(ppl.Pass):
                     f"(a replicated or distributed-placement argument); such arrays are not staged to the GPU yet: "
                     f"use target='cpu' for this program")
             desc.storage = dtypes.StorageType.GPU_Global
-            _persist(sdfg, desc)
+            persist(sdfg, desc)
         self._check_host_code(sdfg)
         if self.cuda_aware_mpi:
             DeviceBufferComm("device").apply_pass(sdfg, {})
@@ -339,7 +330,7 @@ class OffloadKernels(ppl.Pass):
                         hosts[name] = sdfg.add_array(f"{name}_host", desc.shape, desc.dtype, transient=True,
                                                      offset=desc.offset, find_new_name=True,
                                                      storage=dtypes.StorageType.CPU_Pinned)[0]
-                        _persist(sdfg, sdfg.arrays[hosts[name]])
+                        persist(sdfg, sdfg.arrays[hosts[name]])
                     return hosts[name]
 
                 def on_gpu(n):

@@ -142,6 +142,8 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
         from .optimize import optimize_lowered
         if enabled(optimize):
             optimize_lowered(sdfg, sdfg._distsdfg, straight=linear and not placed, one_rank=one_rank)
+        from .buffers import persist_step_buffers
+        persist_step_buffers(sdfg)              # the steps' host buffers: allocated once, not per call
     if target == "gpu":
         from .gpu import OffloadKernels      # home buffers stay on the GPU; steps in loops are staged too
         OffloadKernels(cuda_aware_mpi=comm == "device").apply_pass(sdfg, {})

@@ -70,7 +70,8 @@ class Rewriter:
                 tuple(str(s) for s in self.sdfg.arrays[arr].shape))
 
     def spec(self, kp: KernelPlan, kind: str, arr: str, local: str, c: ArrayConstraint, boxes, *, op=None,
-             acc=False, source: Optional[Layout] = None, home: str = "", inplace: bool = False) -> StepSpec:
+             acc=False, source: Optional[Layout] = None, home: str = "", inplace: bool = False,
+             pad: bool = False) -> StepSpec:
         start, shape, view = c.alloc_start, c.alloc_shape, ()
         if kind == "redist":     # between distributed copies: named by the underlying array
             arr, boxes, start, shape, view = self.coords(arr, c, boxes)
@@ -84,7 +85,7 @@ class Rewriter:
             origin=tuple(str(o) for o in start), local_shape=tuple(str(s) for s in shape),
             global_shape=tuple(str(s) for s in desc.shape), op=op, acc=acc, exact=c.write_exact, source=source,
             view_shape=view, global_strides=tuple(str(s) for s in desc.strides), home=home, inplace=inplace,
-            repeats=self.repeats[0], at_most=self.repeats[1])
+            repeats=self.repeats[0], at_most=self.repeats[1], pad=pad)
         self.steps.append(s)
         return s
 
@@ -428,7 +429,7 @@ class Rewriter:
         """``arr``'s local buffer filled with the operator's identity, then its block written into it (never
         another kernel's buffer: the padding must hold the identity, whatever sits there)."""
         pre = state.add_access(local)
-        self.dm(state, self.spec(kp, "fill", arr, local, c, c.reads, op=kp.pad_op), None, pre)
+        self.dm(state, self.spec(kp, "fill", arr, local, c, c.reads, op=kp.pad_op, pad=True), None, pre)
         self.no_alias = True
         try:
             lr, _ = self.read_input(kp, arr, c, state, src_node, lambda: local)

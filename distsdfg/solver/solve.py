@@ -22,7 +22,7 @@ from ..geometry.boxes import common_refinement, intersect, reshape_box
 from ..geometry.boxindex import any_overlap
 from ..checks import require_sdfg
 from ..errors import DistributedLoweringError, ScheduleError, SizeError
-from ..values.plan import (F_ACC, F_MASK, F_MERGE, F_REPL, CommStep, ConcreteStep, RankBlock, StepSpec, evaluate,
+from ..values.plan import (F_ACC, F_MASK, F_MERGE, F_PAD, F_REPL, CommStep, ConcreteStep, RankBlock, StepSpec, evaluate,
                            given_values, symbol_values)
 from .redistribute import CommPlan, plan_redistribution
 from .homes import _all_blocks, _box, _home_blocks, grid_coords, solve_homes
@@ -192,6 +192,8 @@ def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None, 
         flags |= F_MERGE
     if spec.kind == "reduce" and not spec.acc and overlap:
         flags |= F_MASK
+    if spec.kind == "fill" and spec.pad:
+        flags |= F_PAD
     strides = tuple(evaluate(x, values) for x in spec.global_strides) if spec.global_strides else ()
     return ConcreteStep(spec, nranks, gshape, lshape, tuple(blocks), tuple(pcolor), tuple(pkey), tuple(rcolor),
                         tuple(rkey), flags, strides)

@@ -7,6 +7,7 @@
  *
  *   Bcast            root sends count to each other member; the others receive count
  *   Scatterv         root sends every other member's count; a member receives its count
+ *   Ibcast, Iscatterv   counted as Bcast and Scatterv (the same payload, nonblocking)
  *   Gatherv          a member sends its count; root receives every other member's count
  *   Reduce           a member sends count; root receives count from each other member
  *   Allreduce        a reduce-scatter plus an allgather on an even split of count
@@ -120,6 +121,18 @@ static int not_me(int peer, MPI_Comm comm) {
         if (me == root) add(comm, BC_SCATTERV, SUM_EXCEPT(scounts, k, root, tsize(st)), 0);                        \
         else add(comm, BC_SCATTERV, 0, (uint64_t)rcount * tsize(rt));                                              \
         return PMPI_Scatterv##SFX(sbuf, scounts, displs, st, rbuf, rcount, rt, root, comm);                        \
+    }                                                                                                              \
+    int MPI_Ibcast##SFX(void* buf, CNT count, MPI_Datatype t, int root, MPI_Comm comm, MPI_Request* req) {        \
+        on_bcast(comm, (uint64_t)count * tsize(t), root);                                                          \
+        return PMPI_Ibcast##SFX(buf, count, t, root, comm, req);                                                   \
+    }                                                                                                              \
+    int MPI_Iscatterv##SFX(const void* sbuf, const CNT scounts[], const DSP displs[], MPI_Datatype st, void* rbuf,  \
+                           CNT rcount, MPI_Datatype rt, int root, MPI_Comm comm, MPI_Request* req) {               \
+        int me, k;                                                                                                 \
+        me_of(comm, &me, &k);                                                                                      \
+        if (me == root) add(comm, BC_SCATTERV, SUM_EXCEPT(scounts, k, root, tsize(st)), 0);                        \
+        else add(comm, BC_SCATTERV, 0, (uint64_t)rcount * tsize(rt));                                              \
+        return PMPI_Iscatterv##SFX(sbuf, scounts, displs, st, rbuf, rcount, rt, root, comm, req);                  \
     }                                                                                                              \
     int MPI_Gatherv##SFX(const void* sbuf, CNT scount, MPI_Datatype st, void* rbuf, const CNT rcounts[],            \
                          const DSP displs[], MPI_Datatype rt, int root, MPI_Comm comm) {                           \

@@ -1,7 +1,10 @@
 """Arguments of target="gpu" programs on a GPU machine: CuPy arrays in and out, and calls whose
 sizes change (the program's device and pinned buffers are sized at initialisation).
 
-    mpiexec -n P python -m mpi4py -m distsdfg.testing.gpu_args OUT.json
+    mpiexec -n P python -m mpi4py -m distsdfg.testing.gpu_args OUT.json [cpu]
+
+With ``cpu`` the same calls run on a target="cpu" lowering (NumPy arrays): its ranks' host
+buffers are persistent too (``distsdfg.lowering.buffers``) and must be re-made when sizes change.
 
 Uses CuPy arrays on rank 0 when CuPy imports, NumPy arrays otherwise; rank 0 writes one JSON
 record per check (``kind`` is the array module of what came back).
@@ -27,22 +30,22 @@ def _rel_err(xp, out, ref) -> float:
     return float(xp.abs(out - ref).max() / max(float(xp.abs(ref).max()), 1e-300))
 
 
-def main(path: str) -> None:
+def main(path: str, target: str = "gpu") -> None:
     from mpi4py import MPI
 
     import distsdfg
     from distsdfg.testing.programs import get
     comm = MPI.COMM_WORLD
     P = comm.size
-    xp = _module()
+    xp = _module() if target == "gpu" else np
     rng = np.random.default_rng(7)
     records = []
 
     # matmul, rows split: CuPy A and B on rank 0, the product comes back as a CuPy array;
     # then two more calls with other sizes (the persistent buffers are re-made).
     sdfg = get("matmul").sdfg()
-    sdfg.name = "gpu_args_matmul"
-    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"gemm_map": (P, 1, 1)}), target="gpu")
+    sdfg.name = f"{target}_args_matmul"
+    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"gemm_map": (P, 1, 1)}), target=target)
     matmul = distsdfg.compile(sdfg, comm=comm)
     for m, k, n in ((256, 192, 128), (64, 48, 40), (256, 192, 128)):
         A, B = xp.asarray(rng.random((m, k))), xp.asarray(rng.random((k, n)))
@@ -54,8 +57,8 @@ def main(path: str) -> None:
     # an argument written in place (B = 2 A + 1, rows split): the CuPy array itself is updated.
     p = get("affine")
     sdfg = p.sdfg()
-    sdfg.name = "gpu_args_affine"
-    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"*": (P, 1)}, fuzzy=True), target="gpu")
+    sdfg.name = f"{target}_args_affine"
+    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"*": (P, 1)}, fuzzy=True), target=target)
     affine = distsdfg.compile(sdfg, comm=comm)
     A = xp.asarray(rng.random((64, 64)))
     B = xp.zeros((64, 64))
@@ -70,4 +73,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

@@ -23,13 +23,15 @@ from ..checks import check_sizes
 from .exprs import evaluate
 
 __all__ = ["Layout", "StepSpec", "RankBlock", "ConcreteStep", "CommStep", "HomeSpec", "HomeSolution", "evaluate",
-           "symbol_values", "given_values", "axis_symbols", "boxes_text", "ROOT_HOME", "ALL_HOME"]
+           "symbol_values", "given_values", "axis_symbols", "boxes_text", "ROOT_HOME", "ALL_HOME", "F_ACC", "F_MERGE",
+           "F_REPL", "F_MASK", "F_PAD"]
 
 #: ``Layout.home`` of the program's own array: held whole by rank 0 only / by every rank.
 ROOT_HOME, ALL_HOME = "^", "*"
 #: ``ConcreteStep.flags``: accumulate into the destination, merge overlapping gathered blocks,
-#: replicate over a sub-grid, mask overlapping partial blocks (read by distsdfg_runtime.h).
-F_ACC, F_MERGE, F_REPL, F_MASK = 1, 2, 4, 8
+#: replicate over a sub-grid, mask overlapping partial blocks, fill only what lies outside the
+#: block (padding; the next step writes the block) (read by distsdfg_runtime.h).
+F_ACC, F_MERGE, F_REPL, F_MASK, F_PAD = 1, 2, 4, 8, 16
 
 
 def axis_symbols(rank_syms, grid) -> Tuple[str, ...]:
@@ -97,6 +99,7 @@ class StepSpec:
     clip: Tuple[Tuple[str, str], ...] = ()   # redist: the destination layout's ``Layout.clip``
     repeats: str = "1"             # how often the step runs per call (a loop's trip count)
     at_most: bool = False          # ``repeats`` bounds a loop that may exit early
+    pad: bool = False              # fill: of a padded input; the next step writes the block itself
 
     @property
     def layout(self) -> Layout:

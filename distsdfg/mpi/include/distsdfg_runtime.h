@@ -48,7 +48,7 @@ enum Kind : int64_t { SCATTER = 1, GATHER = 2, REDUCE = 3, FILL = 4, REDIST = 5 
 enum Mode : int64_t { M_LOCAL = 0, M_ALLREDUCE = 1, M_REDUCE_SCATTER = 2, M_ALLGATHERV = 3, M_ALLTOALLW = 4,
                       M_ALLTOALLV = 5, M_REDUCE = 6, M_P2P = 7 };
 enum Op : int64_t { OP_NONE = 0, OP_SUM = 1, OP_PROD = 2, OP_MAX = 3, OP_MIN = 4 };
-enum Flag : int64_t { F_ACC = 1, F_MERGE = 2, F_REPL = 4, F_MASK = 8 };
+enum Flag : int64_t { F_ACC = 1, F_MERGE = 2, F_REPL = 4, F_MASK = 8, F_PAD = 16 };
 
 inline MPI_Datatype mpi_type(int64_t code) {
     switch (code) {
@@ -252,7 +252,32 @@ struct HostMem {
         });
     }
     template <typename T> static void fill(T* p, int64_t n, T v) { std::fill(p, p + n, v); }
+    /// dst[box] = src[box] between two row-major buffers, run by run (no staging buffer).
+    template <typename T>
+    static void copy(int64_t nd, const T* src, const int64_t* sshape, const int64_t* sorigin, T* dst,
+                     const int64_t* dshape, const int64_t* dorigin, const int64_t* start, const int64_t* size) {
+        std::vector<int64_t> from;
+        for_runs(nd, sshape, sorigin, start, size, [&](int64_t off, int64_t, int64_t) { from.push_back(off); });
+        size_t i = 0;
+        for_runs(nd, dshape, dorigin, start, size, [&](int64_t off, int64_t, int64_t n) {
+            std::memmove(dst + off, src + from[i++], n * sizeof(T));
+        });
+    }
 };
+
+/// dst[box] = src[box] for a message a rank sends itself: directly on host memory, else through
+/// a temporary of Mem's.
+template <typename T, typename Mem>
+void copy_box(int64_t nd, const T* src, const int64_t* sshape, const int64_t* sorigin, T* dst, const int64_t* dshape,
+              const int64_t* dorigin, const int64_t* start, const int64_t* size) {
+    if (std::is_base_of<HostMem, Mem>::value) {
+        HostMem::copy(nd, src, sshape, sorigin, dst, dshape, dorigin, start, size);
+        return;
+    }
+    typename Mem::template Buffer<T> tmp(volume(nd, size));
+    Mem::pack(nd, src, sshape, sorigin, start, size, tmp.data());
+    Mem::unpack(nd, dst, dshape, dorigin, start, size, tmp.data());
+}
 
 /// Calls f(offset_in_buffer, offset_in_packed, width, height, pitch) for every plane of the box
 /// (start, size) of a row-major buffer of ``shape`` whose element [origin] comes first: ``height``
@@ -571,6 +596,56 @@ inline bool overlaps(const T* a, int64_t na, const T* b, int64_t nb) {
     return x < y + nb * sizeof(T) && y < x + na * sizeof(T);
 }
 
+/// Rank 0's scatter on host memory when its own block is one run of its local buffer (and
+/// that buffer is not the global array's memory): the other ranks' blocks leave first,
+/// nonblocking, and rank 0 copies its own block from the global array into its buffer while
+/// they travel (MPI moves large messages between processes of a node without the sender's
+/// help). The blocks go straight from the global array when they are runs of it (else packed,
+/// rank 0's own left out), and rank 0's replicate group gets its block by an Ibcast from the
+/// global array too. The same calls and counts as the other path, so the same bytes; both are
+/// nonblocking (MPI matches a nonblocking collective only with nonblocking ones, and the other
+/// ranks cannot tell which path rank 0 takes).
+template <typename T>
+void scatter_root(const Step& s, const T* global, T* local, int64_t loff, MPI_Comm pc, MPI_Comm rc) {
+    MPI_Datatype ty = mpi_type(s.dtype());
+    const int64_t n = s.count(0);
+    T* mine = local + loff;
+    MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    bool copied = false;
+    if ((s.flags() & F_REPL) && s.rcolor(0) >= 0) {
+        const int64_t run = global_run(s, 0);
+        const T* from = global + run;
+        if (run < 0) {          // not one run of the global array: packed into place first
+            pack_global(s, global, 0, mine);
+            copied = true;
+            from = mine;
+        }
+        check(MPI_Ibcast(const_cast<T*>(from), int(n), ty, 0, rc, &reqs[0]), "Ibcast");
+    }
+    auto mem = members(s, true, s.pcolor(0));
+    std::vector<int> counts(mem.size());
+    for (size_t i = 0; i < mem.size(); ++i) counts[i] = int(s.count(mem[i]));
+    std::vector<int> displs = global_displs(s, mem);
+    Array<T> sendbuf;
+    const T* send = global;
+    if (displs.empty()) {       // pack the others' blocks one after another
+        int64_t total = 0;
+        displs.resize(mem.size());
+        for (size_t i = 0; i < mem.size(); ++i) {
+            displs[i] = int(mem[i] == 0 ? 0 : total);
+            if (mem[i] != 0) total += counts[i];
+        }
+        sendbuf.reset(total);
+        for (size_t i = 0; i < mem.size(); ++i)
+            if (mem[i] != 0) pack_global(s, global, mem[i], sendbuf.data() + displs[i]);
+        send = sendbuf.data();
+    }
+    check(MPI_Iscatterv(send, counts.data(), displs.data(), ty, MPI_IN_PLACE, int(n), ty, 0, pc, &reqs[1]),
+          "Iscatterv");
+    if (!copied) pack_global(s, global, 0, mine);
+    check(MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE), "Waitall");
+}
+
 template <typename T, typename Mem>
 void scatter(const Step& s, const T* global, T* local, Context& ctx) {
     const int me = ctx.rank;
@@ -579,11 +654,16 @@ void scatter(const Step& s, const T* global, T* local, Context& ctx) {
     // Receive straight into the local buffer when my block is one run of it.
     int64_t loff = dense_run(s.ndim(), s.lshape(), s.origin(me), s.start(me), s.size(me));
     if (me == 0 && loff >= 0 && overlaps(local, volume(s.ndim(), s.lshape()), global, s.gextent())) loff = -1;
-    typename Mem::template Buffer<T> mine(loff < 0 ? n : 0);
-    T* recv = loff < 0 ? mine.data() : local + loff;
     // Comm_split is collective: every rank splits, members or not.
     MPI_Comm pc = split(s, true, ctx);
     MPI_Comm rc = (s.flags() & F_REPL) ? split(s, false, ctx) : MPI_COMM_NULL;
+    if (std::is_base_of<HostMem, Mem>::value && me == 0 && loff >= 0 && s.pcolor(0) >= 0 &&
+        (!(s.flags() & F_REPL) || s.rcolor(0) < 0 || s.rkey(0) == 0)) {
+        scatter_root(s, global, local, loff, pc, rc);
+        return;
+    }
+    typename Mem::template Buffer<T> mine(loff < 0 ? n : 0);
+    T* recv = loff < 0 ? mine.data() : local + loff;
     if (s.pcolor(me) >= 0) {
         auto mem = members(s, true, s.pcolor(me));
         std::vector<int> counts(mem.size()), displs;
@@ -610,11 +690,15 @@ void scatter(const Step& s, const T* global, T* local, Context& ctx) {
                 send = sendbuf.data();
             }
         }
-        check(MPI_Scatterv(send, counts.data(), displs.data(), ty, in_place ? MPI_IN_PLACE : static_cast<void*>(recv),
-                           int(n), ty, 0, pc), "Scatterv");
+        MPI_Request req;
+        check(MPI_Iscatterv(send, counts.data(), displs.data(), ty, in_place ? MPI_IN_PLACE : static_cast<void*>(recv),
+                            int(n), ty, 0, pc, &req), "Iscatterv");
+        check(MPI_Wait(&req, MPI_STATUS_IGNORE), "Wait");
     }
     if ((s.flags() & F_REPL) && s.rcolor(me) >= 0) {
-        check(MPI_Bcast(recv, int(n), ty, 0, rc), "Bcast");
+        MPI_Request req;
+        check(MPI_Ibcast(recv, int(n), ty, 0, rc, &req), "Ibcast");
+        check(MPI_Wait(&req, MPI_STATUS_IGNORE), "Wait");
     }
     if (loff < 0) Mem::unpack(s.ndim(), local, s.lshape(), s.origin(me), s.start(me), s.size(me), mine.data());
 }
@@ -796,9 +880,7 @@ void redist(const Redist& r, const T* src, T* dst, Context& ctx) {
         for (int64_t i = 0; i < r.nmsg(); ++i) {
             const int64_t* m = r.msg(i);
             if (m[0] != me || m[1] != me) continue;
-            typename Mem::template Buffer<T> tmp(r.volume(m + 2));
-            Mem::pack(nd, src, r.sshape(), r.sorigin(me), m + 2, m + 2 + nd, tmp.data());
-            Mem::unpack(nd, dst, r.dshape(), r.dorigin(me), m + 2, m + 2 + nd, tmp.data());
+            copy_box<T, Mem>(nd, src, r.sshape(), r.sorigin(me), dst, r.dshape(), r.dorigin(me), m + 2, m + 2 + nd);
         }
         return;
     }
@@ -808,9 +890,7 @@ void redist(const Redist& r, const T* src, T* dst, Context& ctx) {
         for (int64_t i = 0; i < r.nmsg(); ++i) {
             const int64_t* m = r.msg(i);
             if (m[0] == me && m[1] == me) {
-                typename Mem::template Buffer<T> tmp(r.volume(m + 2));
-                Mem::pack(nd, src, r.sshape(), r.sorigin(me), m + 2, m + 2 + nd, tmp.data());
-                Mem::unpack(nd, dst, r.dshape(), r.dorigin(me), m + 2, m + 2 + nd, tmp.data());
+                copy_box<T, Mem>(nd, src, r.sshape(), r.sorigin(me), dst, r.dshape(), r.dorigin(me), m + 2, m + 2 + nd);
             } else if (m[0] == me) {
                 sendb[m[1]].push_back(m + 2);
             } else if (m[1] == me) {
@@ -990,10 +1070,20 @@ void redist(const Redist& r, const T* src, T* dst, Context& ctx) {
     }
 }
 
+/// Whether the box (start, size) is the whole row-major buffer of ``shape`` whose element [origin] comes first.
+inline bool covers(int64_t nd, const int64_t* shape, const int64_t* origin, const int64_t* start, const int64_t* size) {
+    for (int64_t d = 0; d < nd; ++d)
+        if (start[d] != origin[d] || size[d] != shape[d]) return false;
+    return true;
+}
+
 template <typename T, typename Mem>
 void fill(const Step& s, T* local, int me) {
     // F_ACC: the block holds a value to accumulate into; its first holder keeps it.
     if ((s.flags() & F_ACC) && s.pcolor(me) == 0) return;
+    // F_PAD: the identity is for the padding of a padded input, whose block the next step writes;
+    // a block that covers the whole buffer (an even split) leaves no padding to fill.
+    if ((s.flags() & F_PAD) && covers(s.ndim(), s.lshape(), s.origin(me), s.start(me), s.size(me))) return;
     const int64_t n = volume(s.ndim(), s.lshape());
     Mem::fill(local, n, Ops<T>::identity(s.op()));
 }

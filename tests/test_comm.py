@@ -34,6 +34,18 @@ def test_every_step_reads_the_communicator_argument():
     assert "MPI_COMM_WORLD" not in code and code.count("MPI_Comm_f2c(_comm)") == len(steps)
 
 
+def test_local_blocks_are_allocated_once_per_program():
+    """Every local block of a CPU lowering is persistent (distsdfg.lowering.buffers): allocated when
+    the program is initialised, not with fresh pages on every call; the program's own arrays are not."""
+    from dace import dtypes
+    sdfg = get("mlp").sdfg()
+    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"*": (2, 1)}, fuzzy=True))
+    local = {n: d for n, d in sdfg.arrays.items() if n.startswith("__dsdfg_") and d.transient and d.shape != (1,)}
+    assert len(local) >= 5
+    assert all(d.lifetime == dtypes.AllocationLifetime.Persistent for d in local.values()), local
+    assert all(d.lifetime != dtypes.AllocationLifetime.Persistent for n, d in sdfg.arrays.items() if not d.transient)
+
+
 def dc_code(sdfg):
     import copy
 

@@ -183,6 +183,15 @@ def test_uneven_library_reduction_pads_its_input_with_the_identity():
         assert (fill, move in ("scatter", "redist"), arr2, red, rop) == ("fill", True, arr, "reduce", op)
         ops.append((arr, op))
     assert sorted(ops) == sorted([("A", "sum"), ("A", "max"), ("B", "min"), ("B", "sum"), ("B", "max"), ("A", "min")])
+    # The fills are the padding's (F_PAD): the runtime skips them on ranks 0 and 1, whose 4 of the
+    # 10 rows fill their 4-row buffers, and fills rank 2's (2 rows) whole.
+    from distsdfg.solver.solve import solve_step
+    from distsdfg.values.plan import F_PAD
+    fills = [s for s in sdfg._distsdfg.steps if s.kind == "fill"]
+    assert fills and all(s.pad for s in fills)
+    cs = solve_step(fills[0], {}, 3)
+    assert cs.flags & F_PAD and cs.local_shape == (4, 7)
+    assert [b.size for b in cs.blocks] == [(4, 7), (4, 7), (2, 7)]
 
 
 @pytest.mark.parametrize("grid", [(1, 2), (1, 4), (2, 1)])

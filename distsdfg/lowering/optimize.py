@@ -432,6 +432,9 @@ def optimize_lowered(sdfg: SDFG, low, *, straight: bool, one_rank: bool = False)
         low.rank0_only = True
     done["reductions"] = fast_reductions(sdfg)
     done["products"] = contractions_to_products(sdfg)
+    if one_rank and straight and not low.homes and not low.boundary and low.nprocs == 1:
+        from .one_rank import copies_to_views
+        done["views"] = copies_to_views(sdfg, low)
     done["tiled"] = tile_transposes(sdfg)
     done["nonatomic"] = nonatomic_accumulations(sdfg)
     return done

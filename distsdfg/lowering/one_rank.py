@@ -22,7 +22,7 @@ from dace import memlet as mm
 from dace import subsets
 from dace.sdfg import SDFG, nodes
 
-__all__ = ["copies_to_views"]
+__all__ = ["copies_to_views", "fills_to_assignments", "drop_dead_writes"]
 
 
 def _n(x) -> Optional[int]:
@@ -55,8 +55,9 @@ def _whole(layout) -> bool:
 
 def _row_major(desc) -> bool:
     from ..geometry.boxes import row_major_strides
-    from .optimize import _same
-    return all(_is_zero(o) for o in desc.offset) and _same(desc.strides, row_major_strides(list(desc.shape)))
+    want = row_major_strides(list(desc.shape))
+    return (all(_is_zero(o) for o in desc.offset) and len(want) == len(desc.strides)
+            and all(_eq(a, b) for a, b in zip(desc.strides, want)))
 
 
 def _same_size(a, b) -> bool:
@@ -170,3 +171,120 @@ def _to_view(sdfg: SDFG, order, st, step, src: nodes.AccessNode, dst: nodes.Acce
             viewed = src if state is st else state.add_access(s)
             m = mm.Memlet(data=s, subset=_full(sd), other_subset=_full(old))
             state.add_edge(viewed, None, n, "views", m)
+
+
+def fills_to_assignments(sdfg: SDFG, low) -> int:
+    """A one-rank ``fill`` step (zeros) whose buffer is then only added into, once per element, by one
+    map (the contraction rewrite's ``out += product``: ``dace_compat.einsum``) is dropped and the
+    map assigns instead of adding: one pass over the buffer instead of two. Returns how many."""
+    from ..mpi import DistributedMemlet
+    if low.nprocs != 1 or _order(sdfg) is None:
+        return 0
+    specs = {s.index: s for s in low.steps}
+    done = 0
+    for st in sdfg.states():
+        for node in [n for n in st.nodes() if isinstance(n, DistributedMemlet)]:
+            spec = specs.get(node.step)
+            if spec is None or spec.kind != "fill" or spec.op != "sum" or getattr(spec, "acc", False):
+                continue
+            outs = [e for e in st.out_edges(node) if e.src_conn == "_out"]
+            if len(outs) != 1 or not isinstance(outs[0].dst, nodes.AccessNode):
+                continue
+            filled = outs[0].dst
+            plan = _single_adder(sdfg, st, filled)
+            if plan is None:
+                continue
+            entry, exit_edges = plan
+            feeds = [e.src for e in st.in_edges(node) if e.dst_conn in ("_plan", "_comm")]
+            st.remove_node(node)
+            st.remove_node(filled)
+            for n in feeds:
+                if n in st.nodes() and st.degree(n) == 0:
+                    st.remove_node(n)
+            for e in exit_edges:
+                e.data.wcr = None
+                e.data.wcr_nonatomic = False
+            done += 1
+    return done
+
+
+def _single_adder(sdfg: SDFG, st, filled: nodes.AccessNode):
+    """(map entry, its WCR edges into ``filled``'s array) when ``filled`` (the fill's output) only
+    orders one top-level map that adds into the whole array once per element and is the array's
+    only other writer; else None."""
+    name = filled.data
+    if any(e.data.data is not None for e in st.out_edges(filled)) or st.in_degree(filled) != 1:
+        return None
+    entries = [e.dst for e in st.out_edges(filled)]
+    if len(entries) != 1 or not isinstance(entries[0], nodes.MapEntry) or st.entry_node(entries[0]) is not None:
+        return None
+    entry = entries[0]
+    exit_ = st.exit_node(entry)
+    writers = _writers(sdfg, name)
+    outs = [e for e in st.out_edges(exit_) if e.data.data == name]
+    if len(writers) != 2 or len(outs) != 1 or {id(n) for _, n in writers} != {id(filled), id(outs[0].dst)}:
+        return None
+    inner = [e for e in st.in_edges(exit_) if e.data.data == name]
+    if len(inner) != 1 or not isinstance(inner[0].src, nodes.Tasklet):
+        return None
+    from dace.frontend.operations import detect_reduction_type
+    from dace import dtypes
+    if any(e.data.wcr is None or detect_reduction_type(e.data.wcr) != dtypes.ReductionType.Sum
+           for e in inner + outs):
+        return None
+    # once per element: each dimension indexed by its own parameter, over the whole extent
+    desc = sdfg.arrays[name]
+    params = dict(zip(entry.map.params, entry.map.range.ranges))
+    used = []
+    for (b, e, s), n in zip(inner[0].data.subset.ranges, desc.shape):
+        p = str(b)
+        if str(e) != p or p not in params or p in used:
+            return None
+        lo, hi, step = params[p]
+        if not (_is_zero(lo) and _eq(f"({hi}) + 1", n) and str(step) == "1"):
+            return None
+        used.append(p)
+    if len(used) != len(entry.map.params) or len(desc.shape) != len(inner[0].data.subset.ranges):
+        return None
+    if not desc.transient:
+        return None
+    return entry, inner + outs
+
+
+def drop_dead_writes(sdfg: SDFG) -> int:
+    """Remove top-level maps of a one-rank program whose every output is a transient array that
+    nothing reads (the contraction rewrite leaves the original einsum's zeroing map behind when its
+    output became the product's buffer); returns how many."""
+    if _order(sdfg) is None:
+        return 0
+    read = set()
+    for st in sdfg.states():
+        for n in st.data_nodes():
+            if st.out_degree(n):
+                read.add(n.data)
+    for e in sdfg.all_interstate_edges() if hasattr(sdfg, "all_interstate_edges") else sdfg.edges():
+        read |= set(e.data.free_symbols)
+    removed = 0
+    for st in sdfg.states():
+        for entry in [n for n in st.nodes() if isinstance(n, nodes.MapEntry) and st.entry_node(n) is None]:
+            exit_ = st.exit_node(entry)
+            outs = st.out_edges(exit_)
+            targets = [e.dst for e in outs]
+            if not outs or not all(
+                    isinstance(t, nodes.AccessNode) and type(sdfg.arrays[t.data]) is dt.Array
+                    and sdfg.arrays[t.data].transient and t.data not in read and st.out_degree(t) == 0
+                    for t in targets):
+                continue
+            if any(isinstance(n, (nodes.NestedSDFG, nodes.LibraryNode)) for n in st.scope_subgraph(entry).nodes()):
+                continue
+            sources = [e.src for e in st.in_edges(entry)]
+            for n in list(st.scope_subgraph(entry).nodes()):
+                st.remove_node(n)
+            for n in targets + sources:
+                if n in st.nodes() and st.degree(n) == 0:
+                    st.remove_node(n)
+            removed += 1
+    for name in [k for k, d in sdfg.arrays.items() if d.transient and type(d) is dt.Array]:
+        if not any(n.data == name for st in sdfg.states() for n in st.data_nodes()):
+            sdfg.remove_data(name, validate=False)
+    return removed

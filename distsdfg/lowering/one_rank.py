@@ -22,7 +22,7 @@ from dace import memlet as mm
 from dace import subsets
 from dace.sdfg import SDFG, nodes
 
-__all__ = ["copies_to_views", "fills_to_assignments", "drop_dead_writes"]
+__all__ = ["copies_to_views", "fills_to_assignments", "drop_dead_writes", "sums_into_products"]
 
 
 def _n(x) -> Optional[int]:
@@ -288,3 +288,93 @@ def drop_dead_writes(sdfg: SDFG) -> int:
         if not any(n.data == name for st in sdfg.states() for n in st.data_nodes()):
             sdfg.remove_data(name, validate=False)
     return removed
+
+
+def sums_into_products(sdfg: SDFG, low) -> int:
+    """``out = P1 + P2`` where ``P1`` and ``P2`` are whole matrix products (``MatMul`` nodes) that
+    nothing else reads (the matrix chain ``(A @ B) + (C @ (D @ E))``): the first product is written
+    into ``out`` and the second adds into it (GEMM with ``beta = 1``); the add map and both
+    temporaries go. One rank only (every block is the whole array). Returns how many."""
+    from dace.libraries.blas import MatMul
+    if low.nprocs != 1 or _order(sdfg) is None:
+        return 0
+    reads: Dict[str, int] = {}
+    for st in sdfg.states():
+        for n in st.data_nodes():
+            reads[n.data] = reads.get(n.data, 0) + st.out_degree(n)
+    done = 0
+    for st in sdfg.states():
+        for entry in [n for n in st.nodes() if isinstance(n, nodes.MapEntry) and st.entry_node(n) is None]:
+            found = _sum_of_products(sdfg, st, entry, reads, MatMul)
+            if found is None:
+                continue
+            (p1, t1), (p2, t2), out_edge = found
+            o = out_edge.dst.data
+            full = _full(sdfg.arrays[o])
+            first = st.add_access(o)
+            e1 = st.out_edges(p1)[0]
+            st.add_edge(p1, e1.src_conn, first, None, mm.Memlet(data=o, subset=full))
+            e2 = st.out_edges(p2)[0]
+            st.add_edge(p2, e2.src_conn, out_edge.dst, None, mm.Memlet(data=o, subset=full))
+            p2.add_in_connector("_cin")
+            p2.beta = 1
+            st.add_edge(first, None, p2, "_cin", mm.Memlet(data=o, subset=full))
+            for n in list(st.scope_subgraph(entry).nodes()) + [t1, t2]:
+                st.remove_node(n)
+            for name in (t1.data, t2.data):
+                if not any(n.data == name for s in sdfg.states() for n in s.data_nodes()):
+                    sdfg.remove_data(name, validate=False)
+            done += 1
+    return done
+
+
+def _sum_of_products(sdfg: SDFG, st, entry: nodes.MapEntry, reads, MatMul):
+    """((product node, its result node) twice, the map's output edge) when ``entry``'s map is
+    ``out[i, j] = t1[i, j] + t2[i, j]`` over all of three equal row-major 2-D arrays, ``t1`` and
+    ``t2`` transients written by a ``MatMul`` alone and read by this map alone."""
+    exit_ = st.exit_node(entry)
+    inner = st.scope_subgraph(entry, include_entry=False, include_exit=False).nodes()
+    if len(inner) != 1 or not isinstance(inner[0], nodes.Tasklet):
+        return None
+    task = inner[0]
+    code = task.code.as_string.replace(" ", "")
+    if code not in ("__out=(__in1+__in2)", "__out=__in1+__in2") or set(task.in_connectors) != {"__in1", "__in2"}:
+        return None
+    outs = st.out_edges(exit_)
+    if len(outs) != 1 or not isinstance(outs[0].dst, nodes.AccessNode) or outs[0].data.wcr is not None:
+        return None
+    o = outs[0].dst.data
+    od = sdfg.arrays[o]
+    if type(od) is not dt.Array or len(od.shape) != 2 or not _row_major(od):
+        return None
+    if _writers(sdfg, o) != [(st, outs[0].dst)]:
+        return None
+    params = entry.map.params
+    for p, (lo, hi, step), n in zip(params, entry.map.range.ranges, od.shape):
+        if not (_is_zero(lo) and _eq(f"({hi}) + 1", n) and str(step) == "1"):
+            return None
+    idx = [str(p) for p in params]
+    pairs = []
+    for conn in ("__in1", "__in2"):
+        e = [x for x in st.in_edges(task) if x.dst_conn == conn][0]
+        if [str(b) for b, _, _ in e.data.subset.ranges] != idx or e.data.subset.num_elements() != 1:
+            return None
+        src = st.memlet_path(e)[0].src
+        if not isinstance(src, nodes.AccessNode) or reads.get(src.data) != 1:
+            return None
+        d = sdfg.arrays[src.data]
+        if (type(d) is not dt.Array or not d.transient or d.dtype != od.dtype or not _row_major(d)
+                or len(d.shape) != 2 or not all(_eq(a, b) for a, b in zip(d.shape, od.shape))):
+            return None
+        ins = st.in_edges(src)
+        if len(ins) != 1 or not isinstance(ins[0].src, MatMul) or _writers(sdfg, src.data) != [(st, src)]:
+            return None
+        prod = ins[0].src
+        if len(st.out_edges(prod)) != 1 or ins[0].data.wcr is not None or "_cin" in prod.in_connectors \
+                or not _eq(prod.beta, 0) or prod in [p for p, _ in pairs]:
+            return None
+        pairs.append((prod, src))
+    ew = [x for x in st.in_edges(exit_)]
+    if len(ew) != 1 or [str(b) for b, _, _ in ew[0].data.subset.ranges] != idx:
+        return None
+    return pairs[0], pairs[1], outs[0]

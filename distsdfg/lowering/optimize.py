@@ -433,8 +433,9 @@ def optimize_lowered(sdfg: SDFG, low, *, straight: bool, one_rank: bool = False)
     done["reductions"] = fast_reductions(sdfg)
     done["products"] = contractions_to_products(sdfg)
     if one_rank and straight and not low.homes and not low.boundary and low.nprocs == 1:
-        from .one_rank import copies_to_views, drop_dead_writes, fills_to_assignments
+        from .one_rank import copies_to_views, drop_dead_writes, fills_to_assignments, sums_into_products
         done["views"] = copies_to_views(sdfg, low)
+        done["accumulated"] = sums_into_products(sdfg, low)
         done["fills"] = fills_to_assignments(sdfg, low)
         done["dead"] = drop_dead_writes(sdfg)
     done["tiled"] = tile_transposes(sdfg)

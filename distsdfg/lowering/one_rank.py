@@ -1,4 +1,6 @@
-"""One rank: copies between whole local buffers become views (step of ``optimize_lowered``).
+"""One rank: copies between whole local buffers become views, and other one-rank rewrites
+(step 6b of ``optimize_lowered``: ``copies_to_views``, ``sums_into_products``,
+``fills_to_assignments``, ``drop_dead_writes``).
 
 With ``lower(sdfg, ..., nprocs=1)`` every block is a whole array, and the lowering still joins
 kernels whose buffers differ in shape with a ``redist`` step (a batched product reads the

@@ -90,7 +90,9 @@ def run_schedule(w, sizes, name, grids, ctx):
     comm, control, P = ctx["comm"], ctx["control"], ctx["comm"].size
     sdfg = w.program.to_sdfg()
     sdfg.name = sdfg_name(w, grids, P)
-    distsdfg.lower(sdfg, grids)
+    # nprocs=P as after `lower(sdfg, "auto", nprocs=P)`: at P = 1 the kernels then read and write the
+    # caller's arrays in place instead of copying them into local buffers (optimize.alias_whole_blocks)
+    distsdfg.lower(sdfg, grids, nprocs=P)
     from distsdfg.solver.inspector import inputs_of     # arrays whose values bound blocks (SpMV's A_row)
     report = distsdfg.comm_report(sdfg, nprocs=P, **ctx["symbols"], **{k: ctx["inputs"][k] for k in inputs_of(sdfg)})
     fn = distsdfg.compile(sdfg, comm=control)

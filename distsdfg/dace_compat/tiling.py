@@ -107,11 +107,19 @@ def outer_param_separates_writes(state: SDFGState, entry: nodes.MapEntry) -> boo
     first parameter only (``collapse`` 1), and each WCR memlet inside indexes some dimension by
     exactly that parameter, so two threads never update one element. DaCe itself uses atomics
     whenever some parameter is missing from the output (a contraction index: ``out[b, i] += ...``
-    over ``k``), which is several times slower and keeps the inner loop from vectorizing."""
+    over ``k``), which is several times slower and keeps the inner loop from vectorizing.
+    A map whose additions are all inside its scope (SpMV: ``b[i] += ...`` in an inner map, the WCR
+    within a nested SDFG) qualifies when every element it writes out is indexed so."""
     if entry.map.collapse != 1 or not entry.map.params:
         return False
     first = symbolic.pystr_to_symbolic(entry.map.params[0])
-    wcr = [e for e in state.in_edges(state.exit_node(entry)) if e.data.wcr is not None]
+    outs = state.in_edges(state.exit_node(entry))
+    wcr = [e for e in outs if e.data.wcr is not None]
+    if not wcr:
+        inner = _scope_edges(state, entry)
+        if not inner or not any(getattr(e.data, "wcr", None) is not None for e in inner):
+            return False
+        wcr = [e for e in outs if e.data.data is not None]
     for e in wcr:
         sub = e.data.subset
         if sub is None or not any(bound_expr(b) == first and bound_expr(en) == first for b, en, _ in sub.ranges):
@@ -120,11 +128,38 @@ def outer_param_separates_writes(state: SDFGState, entry: nodes.MapEntry) -> boo
 
 
 def mark_nonatomic(state: SDFGState, entry: nodes.MapEntry) -> int:
-    """Set ``wcr_nonatomic`` on every WCR memlet into and out of ``entry``'s exit; returns how many."""
-    n = 0
+    """Set ``wcr_nonatomic`` on every WCR memlet into and out of ``entry``'s exit, and on those inside
+    the map's scope and its nested SDFGs (SpMV's ``b[i] += A_val[j] * x[A_col[j]]`` in an inner map over
+    ``j``, whose addition DaCe emits as an atomic in the nested SDFG), unless some map inside runs in
+    parallel itself; returns how many. Called where ``outer_param_separates_writes`` holds: everything
+    inside one iteration of the outer parameter runs on one thread, in order."""
     exit_ = state.exit_node(entry)
-    for e in state.in_edges(exit_) + state.out_edges(exit_):
+    edges = list(state.in_edges(exit_) + state.out_edges(exit_))
+    inner = _scope_edges(state, entry)
+    if inner is not None:
+        edges += inner
+    n = 0
+    for e in edges:
         if e.data.wcr is not None and not e.data.wcr_nonatomic:
             e.data.wcr_nonatomic = True
             n += 1
     return n
+
+
+def _scope_edges(state: SDFGState, entry: nodes.MapEntry) -> Optional[List]:
+    """Every edge inside ``entry``'s scope, nested SDFGs included; None when a map inside is
+    scheduled in parallel (its iterations would share the outer iteration's elements)."""
+    from dace import dtypes
+    parallel = (dtypes.ScheduleType.CPU_Multicore, dtypes.ScheduleType.CPU_Persistent)
+    edges = []
+    sub = state.scope_subgraph(entry, include_entry=False, include_exit=False)
+    edges += list(sub.edges())
+    for node in sub.nodes():
+        if isinstance(node, nodes.MapEntry) and node.map.schedule in parallel:
+            return None
+        if isinstance(node, nodes.NestedSDFG):
+            for inner, parent in node.sdfg.all_nodes_recursive():
+                if isinstance(inner, nodes.MapEntry) and inner.map.schedule in parallel:
+                    return None
+            edges += [e for e, _ in node.sdfg.all_edges_recursive() if hasattr(e.data, "wcr")]
+    return edges

@@ -30,11 +30,16 @@ Steps 1 to 4 apply to straight-line programs with root placement (see ``optimize
    BLAS matrix product on the operands' blocks, permuted into matrices where they are not already,
    and a map adding the product into the output block (``contractions_to_products``,
    ``dace_compat.einsum``), when the block's product has at least ``MIN_PRODUCT`` multiply-adds.
+6b. With one rank (``distsdfg.lowering.one_rank``): copies between whole buffers (an input read in
+   several states, a batched product's reshaped operand or result) become views of the source;
+   a zero fill followed by one add per element becomes an assignment; maps that only write
+   never-read transients go; ``out = P1 + P2`` of two matrix products becomes two GEMMs into
+   ``out``, the second with ``beta = 1``.
 7. Maps that copy between two arrays along different dimensions (transposes) are tiled into
    cache-sized blocks (``tile_transposes``, ``dace_compat.tiling``).
 8. The accumulating maps left (step 6's smaller ones, and others) whose every accumulated output is
    indexed by the map's first parameter, the one OpenMP splits, add without atomics
-   (``nonatomic_accumulations``).
+   (``nonatomic_accumulations``), also inside the map's scope and nested SDFGs (SpMV's row sums).
 """
 from __future__ import annotations
 
@@ -432,6 +437,12 @@ def optimize_lowered(sdfg: SDFG, low, *, straight: bool, one_rank: bool = False)
         low.rank0_only = True
     done["reductions"] = fast_reductions(sdfg)
     done["products"] = contractions_to_products(sdfg)
+    if one_rank and straight and not low.homes and not low.boundary and low.nprocs == 1:
+        from .one_rank import copies_to_views, drop_dead_writes, fills_to_assignments, sums_into_products
+        done["views"] = copies_to_views(sdfg, low)
+        done["accumulated"] = sums_into_products(sdfg, low)
+        done["fills"] = fills_to_assignments(sdfg, low)
+        done["dead"] = drop_dead_writes(sdfg)
     done["tiled"] = tile_transposes(sdfg)
     done["nonatomic"] = nonatomic_accumulations(sdfg)
     return done

@@ -7,13 +7,20 @@ Both sides train the same model from the same initial weights on the same batch:
 - **DDP**: ``torch.nn.parallel.DistributedDataParallel`` over ``torch.distributed`` with the
   gloo backend; each rank runs forward and backward on its rows of the batch, DDP all-reduces
   the gradients (averaged) and every rank applies the optimizer step.
-- **distsdfg**: ``from_torch_train_step`` of the whole step, lowered with the data-parallel
-  schedule (``schedule_from_shardings`` splitting the batch over the ranks), compiled once
-  and called with the root placement's call form (rank 0 holds the weights and optimizer
-  state; ``examples/torch_train.py`` does the same).
+- **distsdfg, root placement**: ``from_torch_train_step`` of the whole step, lowered with the
+  data-parallel schedule (``schedule_from_shardings`` splitting the batch over the ranks),
+  compiled once and called with the root placement's call form (rank 0 holds the weights and
+  optimizer state; ``examples/torch_train.py`` does the same).
+- **distsdfg, ZeRO-1 in distributed placement** (``zero``): the same step with every optimizer
+  update kernel also split by its first axis (``torch_training.zero_shardings``) and
+  ``placement="distributed"``: each rank keeps its rows of the parameters and of the optimizer
+  state between steps, the gradients' partial sums over the batch meet in one
+  ``Reduce_scatter`` per gradient (each rank gets the sum of the rows it updates) and the updated
+  parameters in one ``Allgatherv`` each: DDP's all-reduce volume.
 
 Time per step: the median over ``--steps`` steps after two warm-up steps, each step timed
-between two barriers (the slowest rank). Bytes per step, by the convention of
+between two barriers (the slowest rank); the variants' steps are interleaved (one step of each
+in turn), so that the machine's load moves all of them alike. Bytes per step, by the convention of
 ``distsdfg.comm_report`` (the sum over ranks of the bytes each rank sends; an Allreduce of
 ``n`` bytes is a reduce-scatter plus an allgather, ``2 (P-1)/P n`` sent per rank): for DDP
 counted from the gradient buckets a communication hook hands to ``all_reduce``; for distsdfg
@@ -30,6 +37,7 @@ import sys
 import time
 import warnings
 
+import numpy as np
 from mpi4py import MPI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -74,20 +82,7 @@ def gpt_case(args, torch, nn):
             "shardings": {"idx": (None, 1), "targets": (None, 1)}}
 
 
-def timed(comm, fn, steps):
-    """Median over ``steps`` calls of the slowest rank's time, after two warm-up calls."""
-    times = []
-    for it in range(steps + 2):
-        comm.Barrier()
-        t = time.perf_counter()
-        fn()
-        comm.Barrier()
-        if it >= 2:
-            times.append(comm.allreduce(time.perf_counter() - t, op=MPI.MAX))
-    return statistics.median(times), times
-
-
-def run_ddp(case, comm, steps):
+def setup_ddp(case, comm):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     port = comm.bcast(_free_port() if comm.rank == 0 else None, root=0)
@@ -111,30 +106,89 @@ def run_ddp(case, comm, steps):
         opt.zero_grad()
         case["local_loss"](model, xs, t_).backward()
         opt.step()
-    med, times = timed(comm, step, steps)
-    per_step = counted["bytes"] / (steps + 2)
-    sent = 2 * (comm.size - 1) * per_step     # P ranks, each sending 2 (P-1)/P of every bucket
-    dist.destroy_process_group()
-    return med, times, int(sent), model.module.state_dict()
+
+    def finish(calls):
+        sent = 2 * (comm.size - 1) * counted["bytes"] / calls   # P ranks, each sending 2 (P-1)/P of every bucket
+        dist.destroy_process_group()
+        return int(sent), model.module.state_dict()
+    return step, finish
 
 
-def run_distsdfg(case, comm, steps):
+def setup_distsdfg(case, comm, variants):
+    """Per variant (``root``, ``zero``): the step to time and what to read after the steps."""
     import distsdfg
     t0 = time.perf_counter()
     step = distsdfg.from_torch_train_step(case["model"], case["loss"], case["optimizer"](case["model"]),
                                           case["inputs"], case["target"])
-    sdfg = step.sdfg
-    ways = {k: tuple(comm.size if w is None else w for w in v) for k, v in case["shardings"].items()
-            if k in sdfg.arrays}
-    distsdfg.lower(sdfg, distsdfg.schedule_from_shardings(sdfg, ways, nprocs=comm.size))
-    report = distsdfg.comm_report(sdfg, nprocs=comm.size) if comm.rank == 0 else None
-    fn = distsdfg.compile(sdfg, comm=comm)
-    build = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-    args = step.arguments(*case["inputs"], case["target"])
-    med, times = timed(comm, lambda: fn(**args), steps)
-    state = step.state_dict(args) if comm.rank == 0 else None
-    total = sum(sum(s.total_sent) for s in report) if report is not None else None
-    return med, times, total, state, build, len(step.kernels)
+    traced = step.sdfg if comm.rank == 0 else None      # parsed on rank 0 only
+    t_trace = time.perf_counter() - t0
+    out = {}
+    for v in variants:
+        t1 = time.perf_counter()
+        sdfg = lowered_on_rank0(comm, lambda: lower_variant(distsdfg, case, traced, v, comm.size,
+                                                            last=v == variants[-1]))
+        report = distsdfg.comm_report(sdfg, nprocs=comm.size) if comm.rank == 0 else None
+        fn = distsdfg.compile(sdfg, comm=comm)
+        build = comm.allreduce(t_trace + time.perf_counter() - t1, op=MPI.MAX)
+        args = step.arguments(*case["inputs"], case["target"])
+        total = sum(sum(s.total_sent) for s in report) if report is not None else None
+        if v == "zero":       # every rank passes and keeps its own blocks of the placed arrays
+            lay = {a: fn.layout(a) for a, x in args.items() if isinstance(x, np.ndarray)}
+            placed = {a: lay[a] for a in lay if lay[a].placement == "distributed"}
+            mine = {a: (placed[a].block(x, comm.rank) if a in placed else x) for a, x in args.items()}
+
+            def state(mine=mine, placed=placed, args=args):
+                from distsdfg.testing.torch_run import assemble_placed
+                got = assemble_placed(comm, args, mine, placed)
+                return step.state_dict(got) if comm.rank == 0 else None
+            out[v] = (lambda fn=fn, mine=mine: fn(**mine), state, total, build)
+        else:
+            out[v] = (lambda fn=fn, args=args: fn(**args),
+                      lambda args=args: step.state_dict(args) if comm.rank == 0 else None, total, build)
+    return out, len(step.kernels)
+
+
+def lower_variant(distsdfg, case, traced, variant, nprocs, last):
+    """The traced step lowered data-parallel: in root placement, or ZeRO-1 in distributed placement."""
+    from distsdfg.frontend.torch_training import zero_shardings
+    sdfg = traced if last else copy.deepcopy(traced)
+    ways = {k: tuple(nprocs if w is None else w for w in v) for k, v in case["shardings"].items() if k in sdfg.arrays}
+    if variant == "zero":
+        sched = distsdfg.schedule_from_shardings(sdfg, zero_shardings(sdfg, ways, nprocs), nprocs=nprocs)
+        distsdfg.lower(sdfg, sched, placement="distributed")
+    else:
+        distsdfg.lower(sdfg, distsdfg.schedule_from_shardings(sdfg, ways, nprocs=nprocs))
+    return sdfg
+
+
+def lowered_on_rank0(comm, make):
+    """``make()`` (a lowered SDFG) on rank 0 alone, sent to the other ranks, which wait without
+    busy-polling (tests/gpt_run.py does the same: ranks lowering the GPT step side by side on this
+    2-core machine took twice as long)."""
+    from distsdfg import dace_compat as dc
+    from distsdfg.runtime.program import idle_bcast
+    sdfg = make() if comm.rank == 0 else None
+    text, low = idle_bcast(comm, (dc.to_json(sdfg), sdfg._distsdfg) if comm.rank == 0 else None)
+    if comm.rank == 0:
+        return sdfg
+    sdfg = dc.from_json(text)
+    sdfg._distsdfg = low
+    return sdfg
+
+
+def interleaved(comm, fns, steps):
+    """Each of ``fns`` called ``steps + 2`` times, one call of each in turn; per function the
+    median of the slowest rank's time over the calls after the first two, and all times."""
+    times = {k: [] for k in fns}
+    for it in range(steps + 2):
+        for k, fn in fns.items():
+            comm.Barrier()
+            t = time.perf_counter()
+            fn()
+            comm.Barrier()
+            if it >= 2:
+                times[k].append(comm.allreduce(time.perf_counter() - t, op=MPI.MAX))
+    return {k: statistics.median(v) for k, v in times.items()}, times
 
 
 def _free_port():
@@ -152,6 +206,7 @@ def main(argv=None):
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--classes", type=int, default=16)
+    ap.add_argument("--variants", default="root,zero", help="distsdfg variants, comma-separated: root, zero")
     ap.add_argument("--json", help="write the figures here (rank 0)")
     a = ap.parse_args(argv)
     a.batch = a.batch or (512 if a.model == "mlp" else 8)
@@ -162,22 +217,32 @@ def main(argv=None):
     if a.batch % comm.size:
         raise SystemExit(f"--batch {a.batch} must be a multiple of the {comm.size} ranks")
     case = (mlp_case if a.model == "mlp" else gpt_case)(a, torch, nn)
-    ours = run_distsdfg(case, comm, a.steps)
-    ddp = run_ddp(case, comm, a.steps)
+    variants = [v for v in a.variants.split(",") if v]
+    ours, kernels = setup_distsdfg(case, comm, variants)
+    ddp_step, ddp_finish = setup_ddp(case, comm)
+    fns = {v: ours[v][0] for v in variants}
+    fns["ddp"] = ddp_step
+    med, times = interleaved(comm, fns, a.steps)
+    ddp_bytes, want = ddp_finish(a.steps + 2)
+    states = {v: ours[v][1]() for v in variants}        # collective: every rank takes part
     if comm.rank != 0:
         return
-    # Both trained steps + 2 times from the same start: compare the final weights.
-    got, want = ours[3], ddp[3]
-    err = max(float((got[k] - v).abs().max() / max(v.abs().max(), 1e-30)) for k, v in want.items() if k in got)
-    row = {"model": a.model, "ranks": comm.size, "batch": a.batch, "kernels": ours[5],
-           "distsdfg_step_s": ours[0], "ddp_step_s": ddp[0], "ratio": ours[0] / ddp[0],
-           "distsdfg_bytes": ours[2], "ddp_bytes": ddp[2], "build_s": ours[4], "weights_rel_err": err,
-           "distsdfg_times": ours[1], "ddp_times": ddp[1]}
-    print(f"{a.model}, {comm.size} ranks, batch {a.batch} ({ours[5]} kernels, built in {ours[4]:.1f} s):")
-    print(f"  distsdfg (data-parallel, root placement): {1e3 * ours[0]:9.2f} ms/step  {ours[2]:>12,} B/step")
-    print(f"  PyTorch DDP (gloo):                       {1e3 * ddp[0]:9.2f} ms/step  {ddp[2]:>12,} B/step")
-    print(f"  ratio {row['ratio']:.2f}x time, {ours[2] / max(ddp[2], 1):.2f}x bytes; "
-          f"weights after {a.steps + 2} steps differ by {err:.1e} (relative)")
+    # All sides trained steps + 2 times from the same start: compare the final weights.
+    row = {"model": a.model, "ranks": comm.size, "batch": a.batch, "kernels": kernels, "ddp_step_s": med["ddp"],
+           "ddp_bytes": ddp_bytes, "ddp_times": times["ddp"], "variants": {}}
+    print(f"{a.model}, {comm.size} ranks, batch {a.batch} ({kernels} kernels), {a.steps} steps after 2 warm-up, "
+          f"interleaved:")
+    names = {"root": "distsdfg (data-parallel, root placement)", "zero": "distsdfg (ZeRO-1, distributed)"}
+    for v in variants:
+        got = states[v]
+        err = max(float((got[k] - w).abs().max() / max(w.abs().max(), 1e-30)) for k, w in want.items() if k in got)
+        row["variants"][v] = {"step_s": med[v], "ratio": med[v] / med["ddp"], "bytes": ours[v][2],
+                              "bytes_ratio": ours[v][2] / max(ddp_bytes, 1), "build_s": ours[v][3],
+                              "weights_rel_err": err, "times": times[v]}
+        print(f"  {names[v]:<42} {1e3 * med[v]:9.2f} ms/step  {ours[v][2]:>12,} B/step  "
+              f"{med[v] / med['ddp']:.2f}x time  {ours[v][2] / max(ddp_bytes, 1):.3f}x bytes  weights {err:.1e}  "
+              f"(built in {ours[v][3]:.0f} s)")
+    print(f"  {'PyTorch DDP (gloo)':<42} {1e3 * med['ddp']:9.2f} ms/step  {ddp_bytes:>12,} B/step")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(row, f, indent=1)

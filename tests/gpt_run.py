@@ -59,8 +59,9 @@ def lowered_on_rank0(prog, shardings, placement, comm, split_update=False):
         t0 = time.perf_counter()
         sdfg = prog.sdfg
         shardings = {k: v for k, v in shardings.items() if k in sdfg.arrays}
-        if split_update:
-            shardings.update(update_split(prog, sdfg, comm.size))
+        if split_update:       # ZeRO-1: every update split by its first axis
+            from distsdfg.frontend.torch_training import zero_shardings
+            shardings = zero_shardings(sdfg, shardings, comm.size)
         sched = distsdfg.schedule_from_shardings(sdfg, shardings, nprocs=comm.size)
         distsdfg.lower(sdfg, sched, placement=placement)
         print(f"[gpt] lowered in {time.perf_counter() - t0:.1f}s", flush=True)
@@ -71,17 +72,6 @@ def lowered_on_rank0(prog, shardings, placement, comm, split_update=False):
     sdfg = dc.from_json(text)
     sdfg._distsdfg = low
     return sdfg, sched
-
-
-def update_split(prog, sdfg, ways: int) -> dict:
-    """Shardings that also split every AdamW update kernel by its first axis (ZeRO-1 style)."""
-    import distsdfg
-    labels = {m.label for m in distsdfg.maps(sdfg)}
-    out = {}
-    for a in prog.args:
-        if a.kind == "parameter" and f"adamw_{a.name}" in labels and a.shape[0] % ways == 0:
-            out[f"adamw_{a.name}"] = (ways,) + (1,) * (len(a.shape) - 1)
-    return out
 
 
 def run_case(case: str, comm) -> dict:
@@ -112,6 +102,9 @@ def run_case(case: str, comm) -> dict:
     result = {"case": case, "schedule": {k: list(v) for k, v in sched.items()}, "bytes": [],
               "collectives": sorted({s.collective for s in report}),
               "report_bytes": int(sum(sum(s.sent) * s.repeats for s in report)),
+              # the loss's sums: one-element Allreduces (not part of DDP's gradient volume)
+              "loss_bytes": int(sum(sum(s.sent) for s in report if s.collective == "Allreduce" and max(s.sent) <= 8)),
+              "param_bytes": sum(int(p.numel()) * p.element_size() for p in model.parameters()),
               "seconds": {"trace_lower": t1 - t0, "compile": time.perf_counter() - t1}}
     result["packed"] = len(getattr(fn, "_packed", None) or ())
 

@@ -80,6 +80,9 @@ class Emitter:
 
     def __init__(self):
         self.lines: List[str] = []
+        # Training steps: ``x @ W.T`` as ``(W @ x.T).T`` (torch_ops._transposed_weight), and
+        # one-element element-wise operations as plain tasklets (``elementwise``)
+        self.training = False
         self.map_names: Dict[int, str] = {}       # body line of a `for ... in dace.map` -> kernel name
         self._taken: set = set()
         # array written by a permute kernel -> (its source, the permutation): a permute of it reads the
@@ -154,8 +157,21 @@ class Emitter:
                 expr = replace_token(expr, token, literal(v.const, v.dtype))
             else:
                 reads.append((token, v.name, broadcast_index(v.shape, shape)))
+        if self.training and math.prod(shape) == 1 and all(math.prod(v.shape) == 1 for v in ins):
+            # One element from one-element inputs (the loss's scalars): a plain tasklet, which the
+            # lowering runs on every rank, so a value every rank holds stays there (no map on rank 0).
+            self.line("with dace.tasklet:")
+            for conn, arr, _ in reads:
+                self.line(f"    {conn} << {arr}[{', '.join('0' for _ in self._dims(arr, ins))}]")
+            self.line(f"    _o >> {out.name}[{', '.join('0' for _ in out.storage)}]")
+            self.line(f"    _o = {expr}")
+            return out
         self.kernel(out.name[2:], shape, reads, [("_o", out.name, broadcast_index(shape, shape))], f"_o = {expr}")
         return out
+
+    @staticmethod
+    def _dims(arr: str, ins: Sequence[Val]) -> Tuple[int, ...]:
+        return next(v.storage for v in ins if v.name == arr)
 
 
 def replace_token(expr: str, token: str, text: str) -> str:

@@ -16,7 +16,7 @@ looked up by their ATen name (``aten.addmm.default``), so the table is plain dat
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import numpy as np
 
@@ -255,8 +255,33 @@ def _cat(em, name, meta, args, kwargs):
 
 # -- matrix products ----------------------------------------------------------------------------
 
+def _transposed_weight(em, a: Val, b: Val) -> Optional[Val]:
+    """The array ``w`` when ``b`` is the transpose ``w.T`` of a 2-D array (``F.linear``'s ``x @ W.T``)
+    and ``a`` is 2-D: such products are emitted as ``(w @ a.T).T``, so that the program reads the
+    weight itself, as the backward's ``dY @ W`` does, and no kernel copies the weight into its
+    transpose. Under a data-parallel schedule with the weight's update split (ZeRO-style), the weight
+    is then gathered to every rank once per step, and only activations, which each rank holds its
+    rows of, are transposed. Training steps only (``Emitter.training``)."""
+    if not em.training or len(a.shape) != 2 or len(b.shape) != 2 or a.is_const or b.is_const:
+        return None
+    t = em.permutes.get(b.name)
+    if t is None or tuple(t[1]) != (1, 0) or t[0].is_const or t[0].view or len(t[0].shape) != 2:
+        return None
+    return t[0]
+
+
+def _product_transposed(em, name, a: Val, w: Val, shape) -> Val:
+    """``(w @ a.T)``, of shape ``shape[::-1]``: ``a @ w.T`` transposed."""
+    at = _permute(em, name + "_xt", [((a.shape[1], a.shape[0]), a.dtype)], [a, [1, 0]], {})
+    return matmul_line(em, name, w, at, (shape[1], shape[0]))
+
+
 def _mm(em, name, meta, args, kwargs):
     shape, dtype = meta[0]
+    w = _transposed_weight(em, args[0], args[1])
+    if w is not None:
+        prod_t = _product_transposed(em, name + "_t", args[0], w, shape)
+        return _permute(em, name, meta, [prod_t, [1, 0]], {})
     return matmul_line(em, name, args[0], args[1], shape)
 
 
@@ -264,6 +289,15 @@ def _addmm(em, name, meta, args, kwargs):
     shape, dtype = meta[0]
     bias, a, b = args[:3]
     beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
+    w = _transposed_weight(em, a, b)
+    if w is not None and not bias.is_const and beta == 1 and alpha == 1:
+        # bias + (w @ a.T).T in one kernel that reads the product transposed
+        prod_t = _product_transposed(em, name + "_mm", a, w, shape)
+        out = em.empty(name, shape, dtype)
+        em.kernel(out.name[2:], shape, [("_a0", bias.name, broadcast_index(bias.shape, shape)),
+                                        ("_a1", prod_t.name, "i1, i0")],
+                  [("_o", out.name, "i0, i1")], "_o = _a0 + _a1")
+        return out
     prod = matmul_line(em, name + "_mm", a, b, shape)
     expr = "a0 + a1"
     if alpha != 1:

@@ -23,7 +23,7 @@ from .torch_emit import Emitter, Val, literal
 from .torch_frontend import (Argument, TorchProgram, array_name, emit_graph, finish_program, index_bounds,
                              node_meta, output_vals, to_numpy, torch_module)
 
-__all__ = ["from_torch_train_step"]
+__all__ = ["from_torch_train_step", "zero_shardings"]
 
 
 _OPTIMIZERS = ("SGD", "Adam", "AdamW")
@@ -164,6 +164,7 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
     if len(placeholders) != len(sources):
         raise TorchFrontendError(f"traced {len(placeholders)} inputs, expected {len(sources)}")
     em = Emitter()
+    em.training = True     # weights read as they are (not copied transposed), scalars on every rank
     env, args, values, taken = {}, [], {}, set()
     sig = inspect.signature(module.forward)
     input_names = [p for p in sig.parameters][:len(xs)]
@@ -194,7 +195,9 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
         args.append(a)
         values[a.name] = np.array([float(group["lr"])], dtype=np.float64)
         lr_args[g] = a.name
-    em.kernel("optim_step", (1,), [("_c", step_arg.name, "0")], [("_c_out", step_arg.name, "0")], "_c_out = _c + 1.0")
+    # The counter's increment is a plain statement, not a map: the lowering runs such code on every
+    # rank, so a counter that every rank holds stays valid everywhere and never travels.
+    em.line(f"{step_arg.name}[0] = {step_arg.name}[0] + 1.0")
     for key, grad in zip(keys, grads):
         if key not in groups:
             continue
@@ -219,3 +222,21 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
         em.kernel(f"{kind.lower()}_{p.name}", p.shape, _private(reads), _private(writes), _private_code(code))
     names = {node: env[node].name for node in placeholders}
     return finish_program("torchstep", module, em, args, loss_out, values, True, index_bounds(gm.graph, names))
+
+
+def zero_shardings(sdfg, batch_shardings, nprocs: int) -> dict:
+    """``batch_shardings`` (``{input: ways per dimension}``, the batch split) plus every optimizer
+    update kernel of a training step (``sgd_``/``adam_``/``adamw_<param>``) split by its first axis
+    where ``nprocs`` divides it: ZeRO-1's partition of the update, for ``schedule_from_shardings``.
+    Lowered with ``placement="distributed"``, each rank keeps its rows of the parameters and the
+    optimizer state between steps; a step reduce-scatters every gradient to the rows each rank
+    updates and all-gathers every updated parameter: DDP's all-reduce volume."""
+    from ..analysis.kernels import maps
+    out = dict(batch_shardings)
+    for m in maps(sdfg):
+        kind, _, param = m.label.partition("_")
+        if kind in ("sgd", "adam", "adamw") and param in sdfg.arrays:
+            shape = [int(d) for d in sdfg.arrays[param].shape]
+            if len(shape) == len(m.params) and shape[0] % nprocs == 0:
+                out[m.label] = (nprocs,) + (1,) * (len(shape) - 1)
+    return out

@@ -26,6 +26,12 @@ class BoundarySteps:
         self.place_arguments()
         args = [x for x in self.homes if not sdfg.arrays[x].transient or x in self.boundary]
         repl_args = [x for x in sorted(self.repl) if not sdfg.arrays[x].transient]
+        if self.placed:
+            # Distributed placement: every rank passes the one-element arguments (the learning
+            # rate, a step counter) with the same value, so none is broadcast from rank 0 on entry;
+            # the runtime refuses a call that leaves one out on a rank (``Lowered.replicas``).
+            self.replicas = tuple(x for x in repl_args if not x.startswith("__return"))
+            repl_args = []
         if args or repl_args:
             enter = sdfg.add_state_before(sdfg.start_state, "distsdfg_enter", is_start_block=True)
             self.last, self.readers = {}, {}

@@ -227,13 +227,34 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
     # -- per state ------------------------------------------------------------------------------
     def begin_state(self, state: SDFGState, trips):
         self.repeats = trips.get(state, ("1", False))
+        carried = self.carried if self.carries_into(state, trips) else {}
         self.data, self.last, self.readers = {}, {}, {}
         for x in self.homes:
             # Rank 0 holds the program's array whole only in root placement (until a state writes it).
-            self.data[x] = ArrayState([self.home_holding(x, state)],
+            # Copies the state before read (a weight gathered for the forward) stay valid here when
+            # this state follows it directly: the backward reads them instead of gathering again.
+            self.data[x] = ArrayState([self.home_holding(x, state)] + carried.get(x, []),
                                       root_valid=x not in self.written and x not in self.placed)
         for x in self.repl:
             self.data[x] = ArrayState([self.repl_holding(x, state)], root_valid=True, all_valid=True)
+
+    def carries_into(self, state: SDFGState, trips) -> bool:
+        """``state`` runs once, right after the state lowered before it and only after it."""
+        prev = getattr(self, "previous", None)
+        if (prev is None or state.parent_graph is not prev.parent_graph or trips.get(state, ("1", False))[0] != "1"
+                or trips.get(prev, ("1", False))[0] != "1"):
+            return False
+        g = state.parent_graph
+        ins, outs = g.in_edges(state), g.out_edges(prev)
+        return ([e.src for e in ins] == [prev] and [e.dst for e in outs] == [state]
+                and not ins[0].data.assignments and ins[0].data.is_unconditional())
+
+    def carry(self, state: SDFGState):
+        """The valid copies of each home array other than its home (read copies, not partial sums),
+        for the next state (``begin_state``)."""
+        self.previous = state
+        self.carried = {x: [h for h in self.data[x].holdings if h.kind != "home" and not h.partial]
+                        for x in self.homes if x in self.data}
 
     def end_state(self, state: SDFGState):
         for x in self.homes:
@@ -251,11 +272,13 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
         events = {st: self.events([st], plans) for st in states}
         trips = loop_trips(self.sdfg)
         self.classify(states, events, trips)
+        self.previous, self.carried = None, {}
         for st in states:
             self.begin_state(st, trips)
             self.future = list(events[st])
             self.drain()
             self.end_state(st)
+            self.carry(st)
         self.enter_and_exit()
 
     # -- kernels --------------------------------------------------------------------------------

@@ -65,6 +65,9 @@ class Lowered:
     rank0_only: bool = False
     # Reads bounded by an input array's values, inspected at every call (distsdfg.solver.inspector.DataBounds).
     data_bounds: List = dataclasses.field(default_factory=list)
+    # Distributed placement: one-element arguments every rank passes with the same value (not
+    # broadcast from rank 0 on entry; a rank must not leave them out).
+    replicas: Tuple[str, ...] = ()
 
     @property
     def nprocs(self) -> int:

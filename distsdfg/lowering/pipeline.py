@@ -135,7 +135,8 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     sdfg.name = f"{original}_d{_schedule_hash(original, schedule, tag, sorted(placed))}"
     sdfg._distsdfg = Lowered(schedule.with_sdfg(original) if schedule.sdfg is None else schedule, original,
                              rw.steps, kgrids, even_checks, target, getattr(rw, "home_specs", list)(),
-                             dict(getattr(rw, "boundary", {})), source, comm=comm, data_bounds=data_bounds)
+                             dict(getattr(rw, "boundary", {})), source, comm=comm, data_bounds=data_bounds,
+                             replicas=tuple(getattr(rw, "replicas", ())))
     from ..dace_compat.matmul import degenerate_matmuls_to_maps
     degenerate_matmuls_to_maps(sdfg)          # blocks that DaCe's MatMul expansion would read as vectors
     if target == "cpu":

@@ -170,6 +170,25 @@ def schedule_from_shardings(sdfg: SDFG, shardings: Mapping[str, Sequence[int]], 
             if any(w > 1 for w in s):
                 demand[root(o.array)] = (o, s)
 
+    # Where the data lives: a kernel still on rank 0 that reads a program argument some split kernel
+    # writes (a weight's transpose, when the update is split ZeRO-style) computes that split of it,
+    # on the owners of the blocks, instead of fetching the blocks to rank 0; in program order, so
+    # a chain of such kernels follows.
+    homed = {r: s for r, s in splits.items() if any(w > 1 for w in s)
+             and r in sdfg.arrays and not sdfg.arrays[r].transient}
+    for v in g.vertices:
+        grid = chosen[v.index]
+        if any(w > 1 for w in grid.values()) or v.key in fixed or v.label in fixed:
+            continue
+        for o in v.inputs:
+            r = root(o.array)
+            if r in homed:
+                adopt(v, grid, o, homed[r] if r == o.array else reshape_split(shapes.get(r, o.shape), homed[r],
+                                                                              o.shape))
+        if any(w > 1 for w in grid.values()):
+            for o in v.outputs:
+                homed[root(o.array)] = seen_by(v, grid, o)
+
     grids = {v.key: tuple(chosen[v.index][l] for l in v.labels) for v in g.vertices
              if any(w > 1 for w in chosen[v.index].values())}
     return Schedule.of(grids, sdfg=sdfg.name)

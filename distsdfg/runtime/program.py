@@ -24,7 +24,7 @@ from ..lowering.rewriter import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS
 from ..mpi.environment import INCLUDE_DIR
 from ..lowering.placement import layout as _layout
 from ..values.plan import ConcreteStep, evaluate
-from .root_args import RootArguments
+from .root_args import RootArguments, missing_replicas
 from ..solver.solve import lowered_of, solve_homes, solve_plan, symbol_values
 
 __all__ = ["DistributedProgram", "compile_distributed", "idle_bcast", "comm_of",
@@ -176,7 +176,7 @@ class DistributedProgram:
         return _layout(self, array, **sizes)
 
     def _check_blocks(self, kwargs, blocks) -> Optional[str]:
-        """This rank's distributed-placement arguments: present, of its block's shape and the dtype."""
+        """This rank's distributed-placement arguments (and one-element ones): present, of its block's shape."""
         for x, shape in blocks.items():
             arr = kwargs.get(x)
             if arr is None:
@@ -194,7 +194,7 @@ class DistributedProgram:
                 return f"argument `{x}` has dtype {arr.dtype} but the program expects {want}; convert it with .astype"
             if not arr.flags.c_contiguous:
                 return f"argument `{x}` on rank {self.comm.rank} is not contiguous; pass np.ascontiguousarray(...)"
-        return None
+        return missing_replicas(self.lowered, kwargs, self.comm.rank)      # the one-element arguments
 
     @functools.cached_property
     def _persistent(self) -> bool:

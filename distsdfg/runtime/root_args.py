@@ -21,7 +21,7 @@ from ..lowering.rewriter import PLAN_ARRAY, Lowered
 from ..mpi import DistributedMemlet
 from ..values.plan import ALL_HOME, StepSpec, evaluate
 
-__all__ = ["RootArguments", "rank0_only_arrays"]
+__all__ = ["RootArguments", "rank0_only_arrays", "missing_replicas"]
 
 
 def _every_rank(step: StepSpec) -> bool:
@@ -98,3 +98,13 @@ class RootArguments:
         done = [None if rank != 0 and name is not None and name not in self.placed
                 else np.copy(o) if copy and isinstance(o, np.ndarray) else o for name, o in zip(names, outs)]
         return tuple(done) if many else done[0]
+
+
+def missing_replicas(low: Lowered, kwargs: Dict, rank: int) -> Optional[str]:
+    """Why this rank's call cannot run (None: it can): in distributed placement every rank passes
+    the one-element arguments (``Lowered.replicas``), which are not broadcast from rank 0."""
+    missing = [r for r in getattr(low, "replicas", ()) if not isinstance(kwargs.get(r), np.ndarray)]
+    if not missing:
+        return None
+    return (f"rank {rank} did not pass {', '.join(f'`{r}`' for r in missing)}: in distributed placement every rank "
+            f"passes the one-element arguments, with the same value (they are not broadcast from rank 0)")

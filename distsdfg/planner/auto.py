@@ -112,7 +112,8 @@ def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="time", searcher: str =
     also prices the searched schedule and the data-parallel and SQRT baselines exactly, by
     lowering copies of the SDFG and reading ``comm_report``, and returns the one that moves the
     fewest bytes; with the time model, returns the first of them in the model's order whose
-    lowering DaCe validates (the model already prices what the bytes model counts). With ``inputs='distributed'``
+    lowering DaCe validates (the model already prices what the bytes model counts), except with
+    ``inputs='distributed'``, where both models are verified by bytes as follows. With ``inputs='distributed'``
     the copies are lowered in ``placement`` (default ``"distributed"``), and the schedule searched
     with root pricing is a candidate too; a candidate the lowering or the solver refuses is skipped.
     """
@@ -124,7 +125,7 @@ def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="time", searcher: str =
     best = plan.schedule(g, sdfg.name)
     if verify is None:
         verify = len(g.vertices) <= 40 and cost_model in ("bytes", "time", None) and inputs in ("root", "distributed")
-    if verify and model.name == "time":
+    if verify and model.name == "time" and inputs != "distributed":
         cands = [best, data_parallel_schedule(g, nprocs), sqrt_schedule(g, nprocs)]
         order = sorted(range(len(cands)), key=lambda i: (graph_cost(g, _splits_of(g, cands[i]), model), i))
         best = _first_valid(sdfg, nprocs, [cands[i] for i in order], sizes,

@@ -211,10 +211,11 @@ class TimeModel(CostModel):
             # A reset every rank fills in place: free where its blocks are the accumulator's, else
             # priced as filling the accumulator's block once more (the lowering keeps them apart).
             prod, cons = e.producer(g), e.consumer(g)
-            src = [signature(u, su, prod, partial=False) for su in sus]
-            dst = [signature(v, sv, cons, partial=False) for sv in svs]
-            fill = [r.stream_seconds(block_size(cons, sv) * cons.itemsize) for sv in svs]
-            return np.array([[0.0 if a == b else f for b, f in zip(dst, fill)] for a in src])
+            ids: Dict[Tuple, int] = {}
+            src = np.array([ids.setdefault(signature(u, su, prod, partial=False), len(ids)) for su in sus])
+            dst = np.array([ids.setdefault(signature(v, sv, cons, partial=False), len(ids)) for sv in svs])
+            fill = np.array([r.stream_seconds(block_size(cons, sv) * cons.itemsize) for sv in svs])
+            return np.where(src[:, None] == dst[None, :], 0.0, fill[None, :])
         b = self.base.edge_costs(g, e, sus, svs)           # bytes, all ranks together
         p = np.array([max(_ranks(v, sv), 1) for sv in svs], dtype=float)[None, :]
         per_rank = r.beta

@@ -128,8 +128,7 @@ def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="time", searcher: str =
     if verify and model.name == "time" and inputs != "distributed":
         cands = [best, data_parallel_schedule(g, nprocs), sqrt_schedule(g, nprocs)]
         order = sorted(range(len(cands)), key=lambda i: (graph_cost(g, _splits_of(g, cands[i]), model), i))
-        best = _first_valid(sdfg, nprocs, [cands[i] for i in order], sizes,
-                            "distributed" if inputs == "distributed" and placement in (None, "root") else placement)
+        best = _first_valid(sdfg, nprocs, [cands[i] for i in order], sizes)
     elif verify:
         cands = [best, data_parallel_schedule(g, nprocs), sqrt_schedule(g, nprocs)]
         if inputs == "distributed":

@@ -15,7 +15,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from distsdfg.planner.costmodel import get_model  # noqa: E402
+from distsdfg.planner.timemodel import get_model  # noqa: E402
 from distsdfg.analysis.eingraph import Edge, EinGraph, Operand, Vertex  # noqa: E402
 from distsdfg.planner.auto import search  # noqa: E402
 

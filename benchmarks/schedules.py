@@ -1,7 +1,7 @@
 """The distsdfg schedules the benchmark compares: the planner's and three classic ones.
 
-- ``auto``: ``distsdfg.auto_schedule`` (EinDecomp over the bytes model, verified against the
-  baselines with ``comm_report``).
+- ``auto``: ``distsdfg.auto_schedule`` (EinDecomp over the time model: compute at calibrated
+  rates plus alpha-beta communication; ``$DISTSDFG_CALIBRATION`` or ``distsdfg calibrate``'s file).
 - ``data-parallel``: every kernel splits its leading output dimension (``auto.data_parallel_schedule``).
 - ``sqrt``: every kernel splits its last two output dimensions as a sqrt(P) x sqrt(P) grid
   (``auto.sqrt_schedule``).

@@ -57,9 +57,15 @@ def test_string_schedules(programs):
         distsdfg.lower(sdfg, "fastest", nprocs=4)
     with pytest.raises(distsdfg.DistributedLoweringError, match="nprocs"):
         distsdfg.lower(sdfg, "auto")
-    distsdfg.lower(sdfg, "auto", nprocs=4)
+    distsdfg.lower(sdfg, "auto", nprocs=4, plan_options={"cost_model": "bytes"})
     # (1, 4, 1), (1, 2, 2) and (1, 1, 4) move equal bytes; only (1, 4, 1) scatters y (8 x 16) in contiguous rows
     assert [g for _, g in sdfg._distsdfg.schedule.grids] == [(1, 4, 1)]
+    # The time model (the default) may move more bytes in fewer, cheaper steps: never slower under it.
+    sdfg = programs.get("add3d").sdfg()
+    distsdfg.lower(sdfg, "auto", nprocs=4)
+    (key, grid), = sdfg._distsdfg.schedule.grids
+    assert (distsdfg.schedule_cost(programs.get("add3d").sdfg(), {key: grid}, "time")
+            <= distsdfg.schedule_cost(programs.get("add3d").sdfg(), {key: (1, 4, 1)}, "time"))
 
 
 def test_schedule_by_label(programs):

@@ -34,7 +34,7 @@ def _lowered(args, nprocs_required=False):
             from distsdfg.errors import CommandLineError
             raise CommandLineError("planning a schedule needs -n P (the number of ranks to plan for)")
         from ..lowering.placement import boundary_pricing
-        sched = distsdfg.auto_schedule(sdfg, args.n, cost_model=getattr(args, "model", "bytes"),
+        sched = distsdfg.auto_schedule(sdfg, args.n, cost_model=getattr(args, "model", "time"),
                                        searcher=getattr(args, "searcher", "dp"),
                                        inputs=boundary_pricing(getattr(args, "placement", None)), **sizes)
     else:
@@ -195,8 +195,8 @@ def cmd_slurm(args):
 
 def cmd_calibrate(args):
     from .mpiexec import mpiexec_argv
-    code = f"from distsdfg.planner.costmodel import calibrate_main; calibrate_main({args.out!r})"
-    sys.exit(_launch(mpiexec_argv(args.n, ["-c", code], timeout=300), 300))
+    code = f"from distsdfg.planner.calibration import calibrate_main; calibrate_main({args.out!r})"
+    sys.exit(_launch(mpiexec_argv(args.n, ["-c", code], timeout=300), 300, 1))     # one BLAS thread per rank
 
 
 def cmd_launch(args):
@@ -278,7 +278,7 @@ def main(argv=None):
     p.add_argument("--json", action="store_true")
     p.add_argument("--plot", default=None, help="FILE.png: a bar chart of bytes per kernel")
     p.add_argument("--auto", action="store_true", help="plan the schedule (EinDecomp) for -n ranks")
-    p.add_argument("--model", default="bytes", help="cost model for --auto: bytes, paper, alpha-beta")
+    p.add_argument("--model", default="time", help="cost model for --auto: time (default), bytes, paper, alpha-beta")
     p.add_argument("--searcher", default="dp", help="dp, greedy or exhaustive")
     p.set_defaults(fn=cmd_plan)
 
@@ -286,7 +286,7 @@ def main(argv=None):
     p.add_argument("program")
     p.add_argument("-n", type=int, default=None, help="ranks (plans a schedule when none is given)")
     _schedule_args(p)
-    p.add_argument("--model", default="bytes")
+    p.add_argument("--model", default="time", help="time (default), bytes, paper, alpha-beta")
     p.add_argument("--alternatives", type=int, default=2)
     p.set_defaults(fn=cmd_explain)
 
@@ -322,9 +322,9 @@ def main(argv=None):
     p.add_argument("--submit", action="store_true", help="call sbatch on the script")
     p.set_defaults(fn=cmd_slurm)
 
-    p = sub.add_parser("calibrate", help="measure alpha (latency) and beta (s/byte) for the alpha-beta model")
+    p = sub.add_parser("calibrate", help="measure the planner's rates (GEMM, memory, alpha, beta) for the time model")
     p.add_argument("-n", type=int, default=2)
-    p.add_argument("--out", default=None, help="JSON file (default ~/.cache/distsdfg/calibration.json)")
+    p.add_argument("--out", default=None, help="JSON file (default $DISTSDFG_CALIBRATION or ~/.cache/distsdfg/calibration.json)")
     p.set_defaults(fn=cmd_calibrate)
 
     p = sub.add_parser("launch", help="run any script on local ranks with the bundled mpiexec (or srun)")

@@ -77,6 +77,12 @@ def rows() -> List[Tuple[str, str]]:
     out += [("CMake", f"{cmake}: {_first_line([cmake, '--version'])}" if cmake else "not found (DaCe needs it)")]
     nvcc = nvcc_path()
     out += [("nvcc", f"{nvcc}: {_first_line([nvcc, '--version'], 'release')}" if nvcc else "not found")]
+    from ..planner.timemodel import load_rates
+    try:
+        rates = load_rates().describe()
+    except (OSError, ValueError, KeyError) as exc:          # an unreadable calibration file
+        rates = f"calibration file unreadable ({exc}); fix: run `distsdfg calibrate`"
+    out += [("planner rates", rates)]
     out += [("Python", f"{platform.python_version()} ({sys.executable})"),
             ("platform", f"{platform.system()} {platform.machine()}")]
     return out

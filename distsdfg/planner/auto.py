@@ -23,7 +23,8 @@ from typing import List, Optional, Tuple
 
 from dace.sdfg import SDFG
 
-from .costmodel import CostModel, get_model
+from .costmodel import CostModel
+from .timemodel import get_model
 from ..analysis.eingraph import EinGraph, build_graph
 from ..checks import positive_int, require_sdfg
 from ..errors import DistributedLoweringError, OptionError, ScheduleError, SymbolicSizeError
@@ -97,18 +98,22 @@ def schedule_cost(sdfg: SDFG, schedule, model="bytes", *, inputs: str = "root", 
     return graph_cost(g, _splits_of(g, schedule), get_model(model, inputs=inputs))
 
 
-def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="bytes", searcher: str = "dp", inputs: str = "root",
+def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="time", searcher: str = "dp", inputs: str = "root",
                   memory_limit: Optional[int] = None, allow_fewer: bool = False, verify: Optional[bool] = None,
                   placement=None, **sizes) -> Schedule:
     """Choose a schedule for ``sdfg`` on ``nprocs`` ranks (EinDecomp).
 
-    ``cost_model``: 'bytes' (this runtime's communication, the default), 'paper'
-    (EinDecomp's bound), 'alpha-beta' (calibrated time) or a CostModel. ``inputs``: 'root'
-    (inputs and outputs live on rank 0 and their scatter and gather are priced) or
-    'distributed'. ``memory_limit``: bytes of local buffers per rank per kernel. ``verify``
-    (default: on for graphs of at most 40 kernels) also prices the searched schedule and the
-    data-parallel and SQRT baselines exactly, by lowering copies of the SDFG and reading
-    ``comm_report``, and returns the one that moves the fewest bytes. With ``inputs='distributed'``
+    ``cost_model``: 'time' (the default: each rank's compute at calibrated rates plus
+    alpha-beta communication, ``planner.timemodel``), 'bytes' (this runtime's communication),
+    'paper' (EinDecomp's bound), 'alpha-beta' (bytes priced as time, no compute) or a
+    CostModel. ``inputs``: 'root' (inputs and outputs live on rank 0 and their scatter and
+    gather are priced) or 'distributed'. ``memory_limit``: bytes of local buffers per rank per
+    kernel. ``verify`` (default: on for graphs of at most 40 kernels): with the bytes model,
+    also prices the searched schedule and the data-parallel and SQRT baselines exactly, by
+    lowering copies of the SDFG and reading ``comm_report``, and returns the one that moves the
+    fewest bytes; with the time model, returns the first of them in the model's order whose
+    lowering DaCe validates (the model already prices what the bytes model counts), except with
+    ``inputs='distributed'``, where both models are verified by bytes as follows. With ``inputs='distributed'``
     the copies are lowered in ``placement`` (default ``"distributed"``), and the schedule searched
     with root pricing is a candidate too; a candidate the lowering or the solver refuses is skipped.
     """
@@ -119,8 +124,12 @@ def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="bytes", searcher: str 
     plan = search(g, nprocs, model, searcher, allow_fewer=allow_fewer)
     best = plan.schedule(g, sdfg.name)
     if verify is None:
-        verify = len(g.vertices) <= 40 and cost_model in ("bytes", None) and inputs in ("root", "distributed")
-    if verify:
+        verify = len(g.vertices) <= 40 and cost_model in ("bytes", "time", None) and inputs in ("root", "distributed")
+    if verify and model.name == "time" and inputs != "distributed":
+        cands = [best, data_parallel_schedule(g, nprocs), sqrt_schedule(g, nprocs)]
+        order = sorted(range(len(cands)), key=lambda i: (graph_cost(g, _splits_of(g, cands[i]), model), i))
+        best = _first_valid(sdfg, nprocs, [cands[i] for i in order], sizes)
+    elif verify:
         cands = [best, data_parallel_schedule(g, nprocs), sqrt_schedule(g, nprocs)]
         if inputs == "distributed":
             # The bytes model prices the program's boundary, not the homes a distributed placement
@@ -150,6 +159,18 @@ def _priced(sdfg: SDFG, schedule, nprocs: int, sizes, placement=None):
         return sum(sent_once(s) for s in comm_report(sd, nprocs=nprocs, summary=True, **sizes)), sd
 
 
+def _first_valid(sdfg, nprocs, candidates, sizes, placement=None) -> Schedule:
+    """The first candidate whose lowering the pipeline accepts and DaCe validates (the first if none)."""
+    for cand in candidates:
+        try:
+            _, sd = _priced(sdfg, Schedule.of(cand.as_dict()), nprocs, sizes, placement)
+            validate_lowered(sd, sdfg.name, cand)
+        except DistributedLoweringError:
+            continue
+        return Schedule.of(cand.as_dict(), sdfg=sdfg.name)
+    return Schedule.of(candidates[0].as_dict(), sdfg=sdfg.name)
+
+
 def _verified(sdfg, g, nprocs, candidates, sizes, placement=None) -> Schedule:
     """The candidate that moves the fewest bytes when lowered (in ``placement``; ties: the earlier
     one) and whose lowering DaCe validates; the first candidate if none can be priced."""
@@ -173,9 +194,10 @@ def _verified(sdfg, g, nprocs, candidates, sizes, placement=None) -> Schedule:
     return Schedule.of(candidates[0].as_dict(), sdfg=sdfg.name)
 
 
-def explain(sdfg: SDFG, schedule=None, *, nprocs: Optional[int] = None, cost_model="bytes", inputs: str = "root",
+def explain(sdfg: SDFG, schedule=None, *, nprocs: Optional[int] = None, cost_model="time", inputs: str = "root",
             alternatives: int = 2, **sizes) -> str:
-    """Per map: its grid, the predicted bytes it causes (its own and its incoming edges'), and the
+    """Per map: its grid, the predicted cost it causes (its own and its incoming edges': seconds
+    under the time model, which also names the rates it used; bytes under 'bytes'), and the
     runner-up grids with what they would cost with everything else fixed."""
     require_sdfg(sdfg, "distsdfg.explain")
     if nprocs is not None:
@@ -193,7 +215,7 @@ def explain(sdfg: SDFG, schedule=None, *, nprocs: Optional[int] = None, cost_mod
     cands = [sorted(set(viable(v, P)) | {splits[v.index]}) for v in g.vertices]
     pb = Problem(g, model, cands)
     cur = {v.index: cands[v.index].index(splits[v.index]) for v in g.vertices}
-    unit = "s" if model.name == "alpha-beta" else "B"
+    unit = "s" if model.name in ("alpha-beta", "time") else "B"
 
     def local(v):
         """Cost vector over v's candidates of v and its edges, the other vertices as scheduled."""
@@ -204,7 +226,10 @@ def explain(sdfg: SDFG, schedule=None, *, nprocs: Optional[int] = None, cost_mod
         return c
 
     total = pb.value([cur[v.index] for v in g.vertices])
-    lines = [f"schedule for {sdfg.name} on {P} ranks, model {model.name}: predicted total {_fmt(total, unit)}",
+    lines = [f"schedule for {sdfg.name} on {P} ranks, model {model.name}: predicted total {_fmt(total, unit)}"]
+    if getattr(model, "rates", None) is not None:
+        lines.append(f"  rates: {model.rates.describe()}")
+    lines += [
              f"  {'map':48s} {'grid':18s} cost of the map and its incoming and outgoing data"]
     for v in g.vertices:
         vec = local(v.index)

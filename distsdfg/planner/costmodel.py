@@ -12,7 +12,10 @@ seed 000 section 7; every model returns bytes (elements x itemsize), or seconds 
   lack (nothing when the layouts agree), partial sums are combined where they are consumed
   (Allreduce, Reduce_scatter, Reduce), outputs are gathered to rank 0 once.
 - :class:`AlphaBetaModel` turns any of them into time: ``alpha`` per collective call plus
-  ``beta`` per byte a rank moves; :func:`calibrate` measures both on the machine.
+  ``beta`` per byte a rank moves; ``calibration.calibrate`` measures both on the machine.
+
+The default model of ``auto_schedule``, :class:`~.timemodel.TimeModel`, adds each rank's compute
+to the alpha-beta time of what BytesModel counts; ``timemodel.get_model`` picks one by name.
 """
 from __future__ import annotations
 
@@ -26,11 +29,10 @@ import numpy as np
 
 from ..geometry.boxes import dim_groups
 from ..analysis.eingraph import Edge, EinGraph, Operand, Vertex
-from ..errors import OptionError
 from .layoutcost import Split, layout_bytes, layout_matrix, root_bytes, signature, strided_elements
 
 __all__ = ["cost_join", "cost_agg", "cost_repart", "CostModel", "PaperModel", "BytesModel", "AlphaBetaModel",
-           "calibrate", "get_model", "Split"]
+           "Split"]
 
 
 def _ceil(a: int, b: int) -> int:
@@ -105,12 +107,13 @@ def _flat_parts(o: Operand, parts: Tuple[int, ...], target: Sequence[int]) -> Tu
 
 @dataclasses.dataclass(frozen=True)
 class Cost:
-    """Bytes moved and collective calls made."""
+    """Bytes moved and collective calls made (and, for :class:`~.timemodel.TimeModel`, seconds)."""
     bytes: float = 0.0
     calls: int = 0
+    seconds: float = 0.0
 
     def __add__(self, other: "Cost") -> "Cost":
-        return Cost(self.bytes + other.bytes, self.calls + other.calls)
+        return Cost(self.bytes + other.bytes, self.calls + other.calls, self.seconds + other.seconds)
 
 
 ZERO = Cost()
@@ -323,64 +326,6 @@ class AlphaBetaModel(CostModel):
 
 
 def _calibration_path() -> str:
-    return os.path.join(os.path.expanduser("~"), ".cache", "distsdfg", "calibration.json")
-
-
-def calibrate(comm=None, *, sizes=(8, 1 << 20), repeats: int = 20, path: Optional[str] = None) -> Dict[str, float]:
-    """Fit ``alpha`` and ``beta`` from timed Allreduce and Alltoall calls (collective over ``comm``).
-
-    Returns ``{"alpha": s, "beta": s/byte, "ranks": P}``; rank 0 also writes it to ``path``
-    (default ``~/.cache/distsdfg/calibration.json``), which ``AlphaBetaModel.from_file`` reads.
-    """
-    import time
-
-    from mpi4py import MPI
-    comm = comm or MPI.COMM_WORLD
-    times = []
-    for nbytes in sizes:
-        n = max(1, nbytes // 8)
-        a, b = np.ones(n), np.empty(n)
-        comm.Barrier()
-        t0 = time.perf_counter()
-        for _ in range(repeats):
-            comm.Allreduce(a, b)
-        times.append((time.perf_counter() - t0) / repeats)
-    times = [comm.allreduce(t, op=MPI.MAX) for t in times]
-    (s0, s1), (t0, t1) = sizes, times
-    P = comm.size
-    moved0, moved1 = [2 * (P - 1) / max(P, 1) * s for s in (s0, s1)]
-    beta = max((t1 - t0) / max(moved1 - moved0, 1), 1e-13)
-    alpha = max(t0 - beta * moved0, 1e-8)
-    out = {"alpha": float(alpha), "beta": float(beta), "ranks": P}
-    if comm.rank == 0:
-        p = path or _calibration_path()
-        os.makedirs(os.path.dirname(p), exist_ok=True)
-        with open(p, "w") as f:
-            json.dump(out, f)
-    return out
-
-
-def get_model(model, *, inputs: str = "root", memory_limit: Optional[int] = None) -> CostModel:
-    """A CostModel from a name ('bytes', 'paper', 'alpha-beta') or an instance."""
-    if isinstance(model, CostModel):
-        return model
-    if model in (None, "bytes"):
-        return BytesModel(inputs=inputs, memory_limit=memory_limit)
-    if model == "paper":
-        return PaperModel(inputs="distributed", memory_limit=memory_limit)
-    if model == "alpha-beta":
-        base = BytesModel(inputs=inputs, memory_limit=memory_limit)
-        try:
-            return AlphaBetaModel.from_file(base=base)
-        except OSError:
-            return AlphaBetaModel(base=base)
-    raise OptionError(f"unknown cost model {model!r}: use 'bytes', 'paper', 'alpha-beta' or a CostModel")
-
-
-def calibrate_main(path: Optional[str] = None) -> None:
-    """What ``distsdfg calibrate`` runs on every rank under mpiexec."""
-    result = calibrate(path=path or None)
-    from mpi4py import MPI
-    if MPI.COMM_WORLD.rank == 0:
-        print(f"alpha = {result['alpha']:.3e} s per call, beta = {result['beta']:.3e} s per byte "
-              f"({result['ranks']} ranks)")
+    """``$DISTSDFG_CALIBRATION``, else ``~/.cache/distsdfg/calibration.json`` (``distsdfg calibrate`` writes it)."""
+    return os.environ.get("DISTSDFG_CALIBRATION") or os.path.join(os.path.expanduser("~"), ".cache", "distsdfg",
+                                                                  "calibration.json")

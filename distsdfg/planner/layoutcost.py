@@ -98,22 +98,30 @@ def _boxes(sig: Tuple, shape: Tuple[int, ...], P: int):
 def root_bytes(sig: Tuple, shape, P: int, what: str) -> int:
     """Elements a scatter from rank 0, the reduction of partial blocks, or the gather to rank 0 of
     a layout moves (solver.comm_steps' rules: one copy per distinct block, rank 0's own stays)."""
+    return _root_elements(tuple(sig), tuple(shape), P, what)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _root_elements(sig: Tuple, shape: Tuple[int, ...], P: int, what: str) -> int:
+    """``root_bytes``, remembered (the planner asks for the same layouts of every candidate)."""
     start, size = _boxes(sig, shape, P)
     vol = np.prod(np.maximum(size, 0), axis=-1)
     if what == "scatter":
         return int(vol[1:].sum())
+    if what == "reduce" and not any(r == "A" for _, r in sig):
+        return 0
     first: Dict[Tuple, int] = {}
     members = 0
-    for q in range(P):
+    for q, row in enumerate(np.concatenate([start, size], axis=1).tolist()):
         if vol[q] == 0:
             continue
-        k = tuple(start[q]) + tuple(size[q])
+        k = tuple(row)
         if k in first:
             members += int(vol[q])
         else:
             first[k] = q
     if what == "reduce":
-        return members if any(r == "A" for _, r in sig) else 0
+        return members
     return int(sum(vol[q] for q in first.values() if q != 0))
 
 

@@ -95,8 +95,9 @@ PRESETS: Dict[str, Machine] = {
 
 
 def machine(spec: Union[str, Machine, None] = None) -> Machine:
-    """A Machine: one, a preset's name, or a JSON file (a Machine, or the ``{"alpha", "beta"}`` that
-    ``distsdfg calibrate`` writes, which then replaces this machine's alpha and beta)."""
+    """A Machine: one, a preset's name, or a JSON file (a Machine, or what ``distsdfg calibrate``
+    writes, which then replaces this machine's alpha and beta, and its GEMM rate and memory
+    bandwidth where the file has them)."""
     if isinstance(spec, Machine):
         return spec
     if spec is None:
@@ -110,8 +111,9 @@ def machine(spec: Union[str, Machine, None] = None) -> Machine:
     d = json.loads(text)
     if "flop_rate" in d:
         return Machine.from_json(text)
+    compute = {"flop_rate": float(d["gemm"]), "memory_bandwidth": float(d["memory"])} if "gemm" in d else {}
     return dataclasses.replace(PRESETS["this-machine"], name=f"this-machine ({os.path.basename(spec)})",
-                               alpha=float(d["alpha"]), beta=float(d["beta"]))
+                               alpha=float(d["alpha"]), beta=float(d["beta"]), **compute)
 
 
 @dataclasses.dataclass(frozen=True)

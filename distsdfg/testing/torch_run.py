@@ -166,7 +166,6 @@ def run_case(case: str, comm) -> dict:
 def _three_steps(call, args, model, mode, x, y, rank):
     """Three calls of the step next to three steps of PyTorch's optimizer on a copy of ``model``:
     the copy, its optimizer and, on rank 0 (where the loss is returned), both sides' losses."""
-    torch = _torch()
     ref = copy.deepcopy(model)
     ropt = _optimizer(mode.split("-")[1], ref.parameters())
     losses, ref_losses = [], []

@@ -3,7 +3,6 @@ No compile, no MPI (the conftest points the calibration file at a path that does
 import dataclasses
 import json
 
-import numpy as np
 import pytest
 
 import distsdfg
@@ -11,17 +10,7 @@ from distsdfg.analysis.eingraph import build_graph
 from distsdfg.planner.auto import graph_cost, search
 from distsdfg.planner.costmodel import AlphaBetaModel
 from distsdfg.planner.timemodel import (DEFAULTS, Rates, TimeModel, get_model, load_rates, measure_compute)
-from distsdfg.solver.solve import symbol_values
-from distsdfg.testing.programs import get
-
-
-def _graph(name, **sizes):
-    p = get(name)
-    sd = p.sdfg()
-    if not sizes:
-        vals = symbol_values(sd, p.inputs(np.random.default_rng(0)), dict(p.symbols))
-        sizes = {k: v for k, v in vals.items() if k in sd.symbols}
-    return sd, build_graph(sd, **sizes), sizes
+from test_planner import _graph      # an EinGraph of a registry program at its sizes
 
 
 def _workload(name, **sizes):

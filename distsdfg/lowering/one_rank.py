@@ -51,8 +51,12 @@ def _whole(layout) -> bool:
             or any(g != 1 for g in layout.grid) or not all(_is_zero(o) for o in layout.origin)):
         return False
     box = layout.boxes[0]
-    return len(box) == len(layout.local_shape) and all(
-        _is_zero(s) and _eq(f"({e}) + 1", n) for (s, e), n in zip(box, layout.local_shape))
+    return len(box) == len(layout.local_shape) and _covers(box, layout.local_shape)
+
+
+def _covers(box, shape) -> bool:
+    """Each dimension of ``box`` (inclusive ``(lo, hi)`` pairs) runs from zero to its extent in ``shape``."""
+    return all(_is_zero(lo) and _eq(f"({hi}) + 1", n) for (lo, hi), n in zip(box, shape))
 
 
 def _row_major(desc) -> bool:
@@ -116,8 +120,7 @@ def _copy_step(sdfg: SDFG, spec, s: str, d: str) -> bool:
     if spec.kind == "scatter":
         if a.transient or any(g != 1 for g in spec.grid) or len(spec.boxes) != 1:
             return False
-        return all(_is_zero(o) for o in spec.origin) and all(
-            _is_zero(lo) and _eq(f"({hi}) + 1", n) for (lo, hi), n in zip(spec.boxes[0], a.shape))
+        return all(_is_zero(o) for o in spec.origin) and _covers(spec.boxes[0], a.shape)
     return False
 
 

@@ -20,17 +20,25 @@ from dace.sdfg import SDFG
 
 from ..mpi import DistributedMemlet
 
-__all__ = ["persist", "persist_step_buffers"]
+__all__ = ["persist", "persist_step_buffers", "program_symbols"]
 
 
-def persist(sdfg: SDFG, desc: dt.Array) -> bool:
+def persist(sdfg: SDFG, desc: dt.Array, known: set[str] | None = None) -> bool:
     """Allocate ``desc`` once, when the program is initialised, if its sizes are ones the
-    initialisation knows (the program's free symbols). Whether it was made persistent."""
-    known = {str(s) for s in sdfg.free_symbols}
+    initialisation knows (the program's free symbols; ``known``, when the caller has them: they
+    cost a walk of the whole SDFG, and making a buffer persistent does not change them).
+    Whether it was made persistent."""
+    if known is None:
+        known = program_symbols(sdfg)
     if {str(s) for s in desc.free_symbols} <= known:
         desc.lifetime = dtypes.AllocationLifetime.Persistent
         return True
     return False
+
+
+def program_symbols(sdfg: SDFG) -> set[str]:
+    """The names of the symbols the program's initialisation knows: its free symbols."""
+    return {str(s) for s in sdfg.free_symbols}
 
 
 #: The names of the local blocks the lowering adds (``rewriter._local_name``).
@@ -52,10 +60,10 @@ def persist_step_buffers(sdfg: SDFG) -> int:
                 for e in state.all_edges(node):
                     if not e.data.is_empty() and e.data.data in sdfg.arrays:
                         names.add(e.data.data)
-    count = 0
+    count, known = 0, program_symbols(sdfg)
     for name in sorted(names):
         desc = sdfg.arrays[name]
         if (isinstance(desc, dt.Array) and not isinstance(desc, dt.View) and desc.transient
                 and desc.storage in _HOST and desc.lifetime == dtypes.AllocationLifetime.Scope):
-            count += persist(sdfg, desc)
+            count += persist(sdfg, desc, known)
     return count

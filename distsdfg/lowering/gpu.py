@@ -43,7 +43,7 @@ from ..errors import DistributedLoweringError, UnsupportedProgramError
 from ..mpi import DistributedMemlet
 from ..mpi.distributed_memlet import BUFFERS
 from ..mpi.environment import INCLUDE_DIR
-from .buffers import persist
+from .buffers import persist, program_symbols
 
 __all__ = ["OffloadKernels", "DeviceBufferComm", "emulate_on_host", "build_settings", "gpu_available", "nvcc_path", "cuda_arch",
            "has_cublas", "mpi_cuda_support", "require_cuda_aware_mpi", "COMPAT_HEADER"]
@@ -272,6 +272,7 @@ class OffloadKernels(ppl.Pass):
                 for e in edges:
                     if not e.data.is_empty():
                         on_gpu.setdefault(e.data.data, n)
+        known = program_symbols(sdfg)
         for name, kernel in sorted(on_gpu.items(), key=lambda kv: kv[0]):
             desc = sdfg.arrays[name]
             if isinstance(desc, dt.Scalar):
@@ -282,7 +283,7 @@ class OffloadKernels(ppl.Pass):
                     f"(a replicated or distributed-placement argument); such arrays are not staged to the GPU yet: "
                     f"use target='cpu' for this program")
             desc.storage = dtypes.StorageType.GPU_Global
-            persist(sdfg, desc)
+            persist(sdfg, desc, known)
         self._check_host_code(sdfg)
         if self.cuda_aware_mpi:
             DeviceBufferComm("device").apply_pass(sdfg, {})
@@ -320,6 +321,7 @@ class OffloadKernels(ppl.Pass):
         leaves part of its output as it was (an accumulation's first holder keeps its block)
         starts from a copy of the buffer's current value, taken from the node it is ordered after.
         """
+        known = program_symbols(sdfg)     # host copies have their buffers' sizes: no new symbols
         for state in sdfg.states():
             for dm in [n for n in state.nodes() if isinstance(n, dm_type)]:
                 hosts = {}
@@ -330,7 +332,7 @@ class OffloadKernels(ppl.Pass):
                         hosts[name] = sdfg.add_array(f"{name}_host", desc.shape, desc.dtype, transient=True,
                                                      offset=desc.offset, find_new_name=True,
                                                      storage=dtypes.StorageType.CPU_Pinned)[0]
-                        persist(sdfg, sdfg.arrays[hosts[name]])
+                        persist(sdfg, sdfg.arrays[hosts[name]], known)
                     return hosts[name]
 
                 def on_gpu(n):

@@ -188,13 +188,8 @@ def _has_cupy() -> bool:
 def test_cupy_arguments_and_calls_with_new_sizes(tmp_path, nprocs):
     """CuPy arrays in (rank 0) and out, an argument updated in place, and calls whose sizes change
     after the program's persistent device buffers were made (NumPy arrays where CuPy is absent)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    out = tmp_path / "args.json"
-    proc = subprocess.run(mpiexec_argv(nprocs, ["-m", "distsdfg.testing.gpu_args", str(out)], timeout=900),
-                          env=env, cwd=str(tmp_path), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    records = json.loads(out.read_text())
+    from distsdfg.testing import gpu_args
+    records = gpu_args.launch(tmp_path, nprocs)
     assert [r["check"] for r in records] == ["matmul 256x192x128", "matmul 64x48x40", "matmul 256x192x128",
                                              "affine in place"]
     for r in records:

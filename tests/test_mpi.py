@@ -214,20 +214,8 @@ def test_auto_schedule_uses_all_ranks(results, prog):
 def test_host_buffers_are_remade_when_sizes_change(tmp_path):
     """target="cpu" programs keep their ranks' buffers from call to call (persistent); a call with
     other sizes re-initialises the program (distsdfg.testing.gpu_args on the host, 2 ranks)."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from distsdfg.launch.mpiexec import mpiexec_argv
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    out = tmp_path / "args.json"
-    proc = subprocess.run(mpiexec_argv(2, ["-m", "distsdfg.testing.gpu_args", str(out), "cpu"], timeout=900),
-                          env=env, cwd=str(tmp_path), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    records = json.loads(out.read_text())
+    from distsdfg.testing import gpu_args
+    records = gpu_args.launch(tmp_path, 2, "cpu")
     assert [r["check"] for r in records] == ["matmul 256x192x128", "matmul 64x48x40", "matmul 256x192x128",
                                              "affine in place"]
     for r in records:

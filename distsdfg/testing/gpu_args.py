@@ -72,5 +72,27 @@ def main(path: str, target: str = "gpu") -> None:
             print(json.dumps(r), flush=True)
 
 
+def launch(folder, nprocs: int, target: str = "gpu") -> list:
+    """Runs this module on ``nprocs`` local ranks in ``folder`` (its builds land there), importing
+    this checkout of distsdfg, and returns rank 0's records. Raises RuntimeError with the end of
+    the job's output if the job fails."""
+    import os
+    import subprocess
+
+    from ..launch.mpiexec import mpiexec_argv
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    out = os.path.join(str(folder), "args.json")
+    argv = mpiexec_argv(nprocs, ["-m", "distsdfg.testing.gpu_args", out] + ([target] if target != "gpu" else []),
+                        timeout=900)
+    proc = subprocess.run(argv, env=env, cwd=str(folder), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"mpiexec -n {nprocs} distsdfg.testing.gpu_args failed ({proc.returncode}):\n"
+                           + proc.stdout[-3000:] + proc.stderr[-3000:])
+    with open(out) as f:
+        return json.load(f)
+
+
 if __name__ == "__main__":
     main(*sys.argv[1:3])

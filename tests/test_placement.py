@@ -189,7 +189,7 @@ def results(tmp_path_factory):
 
 
 CASES = ["matmul:2,2,1", "matmul:1,1,4", "matmul:2,2,1:C at root", "mlp:data-parallel", "mlp:megatron",
-         "mlp_sgd:auto x5", "jacobi2d:2,2 x2", "flagged:4", "jacobi2d:2,2 x2:packed", "mlp_sgd:auto x5:packed"]
+         "mlp_sgd:auto x5", "jacobi2d:2,2 x2", "flagged:4", "sgd_lr:4", "jacobi2d:2,2 x2:packed", "mlp_sgd:auto x5:packed"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -238,6 +238,15 @@ def test_per_rank_symbols_packed_in_one_array(results):
 def test_a_wrong_block_fails_on_every_rank_alike(results):
     msgs = results["matmul:2,2,1"]["bad_block"]
     assert len(set(msgs)) == 1 and "`A` on rank 2 has shape (127, 192)" in msgs[0] and "(128, 192)" in msgs[0]
+
+
+def test_unequal_one_element_arguments_fail_on_every_rank_alike(results):
+    # the learning rate is not broadcast in distributed placement: rank 3's other value is refused
+    # everywhere instead of making rank 3's blocks of w follow another update than the rest
+    r = results["sgd_lr:4"]
+    assert r["report"] == []            # lr passed by every rank, w's blocks stay in place
+    msgs = r["bad_replica"]
+    assert len(set(msgs)) == 1 and "`lr` differs between ranks" in msgs[0] and "rank 3 passes [0.5]" in msgs[0], msgs
 
 
 def test_npy_blocks_never_hold_the_whole_array(results):

@@ -24,7 +24,7 @@ from ..lowering.rewriter import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS
 from ..mpi.environment import INCLUDE_DIR
 from ..lowering.placement import layout as _layout
 from ..values.plan import ConcreteStep, evaluate
-from .root_args import RootArguments, missing_replicas
+from .root_args import RootArguments, missing_replicas, replica_values, unequal_replicas
 from ..solver.solve import lowered_of, solve_homes, solve_plan, symbol_values
 
 __all__ = ["DistributedProgram", "compile_distributed", "idle_bcast", "comm_of",
@@ -317,8 +317,10 @@ class DistributedProgram:
             return self._root_args.nothing()
         table, _, home_syms, blocks = self.plan(values)
         if blocks:      # distributed placement: every rank checks its own blocks, all agree
-            msgs = [m for m in comm.allgather(self._check_blocks(kwargs, blocks)) if m]
-            if msgs:
+            mine = (self._check_blocks(kwargs, blocks), replica_values(self.lowered, kwargs))
+            gathered = comm.allgather(mine)
+            msgs = [m for m, _ in gathered if m] or [unequal_replicas(self.lowered, [v for _, v in gathered])]
+            if msgs[0]:
                 raise InputError(msgs[0])
         call = dict(kwargs)
         call.update({k: values[k] for k in self.sdfg.symbols if k in values})    # rank 0's sizes

@@ -21,7 +21,7 @@ from ..lowering.rewriter import PLAN_ARRAY, Lowered
 from ..mpi import DistributedMemlet
 from ..values.plan import ALL_HOME, StepSpec, evaluate
 
-__all__ = ["RootArguments", "rank0_only_arrays", "missing_replicas"]
+__all__ = ["RootArguments", "rank0_only_arrays", "missing_replicas", "replica_values", "unequal_replicas"]
 
 
 def _every_rank(step: StepSpec) -> bool:
@@ -108,3 +108,27 @@ def missing_replicas(low: Lowered, kwargs: Dict, rank: int) -> Optional[str]:
         return None
     return (f"rank {rank} did not pass {', '.join(f'`{r}`' for r in missing)}: in distributed placement every rank "
             f"passes the one-element arguments, with the same value (they are not broadcast from rank 0)")
+
+
+def replica_values(low: Lowered, kwargs: Dict) -> Dict[str, tuple]:
+    """This rank's one-element arguments (``Lowered.replicas``) as (dtype, bytes), to compare across ranks."""
+    return {r: (kwargs[r].dtype.str, kwargs[r].tobytes()) for r in getattr(low, "replicas", ())
+            if isinstance(kwargs.get(r), np.ndarray)}
+
+
+def unequal_replicas(low: Lowered, gathered) -> Optional[str]:
+    """Why a call cannot run when the ranks passed different values of a one-element argument
+    (``gathered``: every rank's ``replica_values``, by rank), else None. Each rank's kernels read its
+    own copy, so unequal copies would make the replicas of every result they touch diverge."""
+    def show(v):
+        return np.frombuffer(v[1], dtype=np.dtype(v[0])).tolist()
+
+    for r in getattr(low, "replicas", ()):
+        first = gathered[0].get(r)
+        for q, vals in enumerate(gathered[1:], start=1):
+            mine = vals.get(r)
+            if first is not None and mine is not None and mine != first:
+                return (f"`{r}` differs between ranks: rank 0 passes {show(first)}, rank {q} passes {show(mine)}; "
+                        f"in distributed placement every rank passes the one-element arguments with the same value "
+                        f"(they are not broadcast from rank 0)")
+    return None

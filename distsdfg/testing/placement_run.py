@@ -35,6 +35,7 @@ CASES = {
     "mlp_sgd:auto x5": ("mlp_sgd", "auto", "distributed", 5),
     "jacobi2d:2,2 x2": ("jacobi2d", {"*": (2, 2)}, "distributed", 2),
     "flagged:4": ("flagged", {"*": (4,)}, "distributed", 1),
+    "sgd_lr:4": ("sgd_lr", {"*": (4,)}, "distributed", 1),
     # The per-rank symbols passed packed in one array (distsdfg.dace_compat.pack), forced by a threshold of 0.
     "jacobi2d:2,2 x2:packed": ("jacobi2d", {"*": (2, 2)}, "distributed", 2),
     "mlp_sgd:auto x5:packed": ("mlp_sgd", "auto", "distributed", 5),
@@ -127,6 +128,8 @@ def run_case(case: str, comm, tag: int) -> dict:
             rec["rel_err"][a] = rec["assembled_err"][a] = _rel(got, want)
     if case.startswith("matmul:2,2,1") and placement == "distributed":
         rec["bad_block"] = _bad_block(prog, args, sizes, rank, comm)
+    if name == "sgd_lr":
+        rec["bad_replica"] = _bad_replica(prog, args, sizes, rank, comm)
     return rec
 
 
@@ -136,6 +139,21 @@ def _bad_block(prog, args, sizes, rank, comm) -> list:
     bad = dict(args)
     if rank == 2:
         bad["A"] = np.ascontiguousarray(args["A"][:-1])
+    try:
+        prog(**bad, **sizes)
+        msg = "no error"
+    except InputError as exc:
+        msg = str(exc)
+    return comm.gather(msg)
+
+
+def _bad_replica(prog, args, sizes, rank, comm) -> list:
+    """Rank 3 passes another learning rate: every rank must refuse the call with the same error
+    (each rank's kernels would read their own copy and the replicas would diverge)."""
+    from distsdfg import InputError
+    bad = dict(args)
+    if rank == 3:
+        bad["lr"] = args["lr"] * 2.0
     try:
         prog(**bad, **sizes)
         msg = "no error"

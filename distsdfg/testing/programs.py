@@ -362,6 +362,13 @@ def _mlp_sgd_ref(x, y, W1, W2, lr):
 
 
 @dace.program
+def sgd_lr(w: dace.float64[N], g: dace.float64[N], lr: dace.float64[1]):
+    """An update by a learning rate passed as a one-element array (replicated on every rank)."""
+    for i in dace.map[0:N]:
+        w[i] = w[i] - lr[0] * g[i]
+
+
+@dace.program
 def affine(A: dace.float64[N, N], B: dace.float64[N, N]):
     for i, j in dace.map[0:N, 0:N]:
         B[i, j] = 2.0 * A[i, j] + 1.0
@@ -434,6 +441,8 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
                                            "W1": r.random((32, 48)) - 0.5, "W2": r.random((48, 16)) - 0.5, "lr": 0.1},
             _mlp_sgd_ref, (("NB", 64), ("NI", 32), ("NHID", 48), ("NO", 16)), outputs=("W1", "W2")),
     Program("trimul", trimul, lambda r: {"A": r.random((24, 20)), "B": r.random((20, 24))}, _trimul_ref),
+    Program("sgd_lr", sgd_lr, lambda r: {"w": r.random(64), "g": r.random(64), "lr": np.full(1, 0.25)},
+            lambda w, g, lr: {"w": w - lr[0] * g}, (("N", 64),), outputs=("w",)),
     Program("affine", affine, lambda r: {"A": r.random((64, 64)), "B": np.zeros((64, 64))},
             lambda A, B: {"B": 2.0 * A + 1.0}, (("N", 64),), outputs=("B",)),
     Program("jacobi_conv", jacobi_conv,

@@ -328,6 +328,31 @@ def _check_distributed(r, case):
         assert {"fc1_weight__exp_avg", "fc1_weight__exp_avg_sq"} <= to_root, to_root
 
 
+def test_tied_weight_fetched_once(tmp_path):
+    """GPT's tied embedding under ZeRO-1 in distributed placement, 4 ranks: the lookup (a map kernel
+    reading the whole table) fills every rank's home buffer of the weight, and the output head's
+    products (library kernels) copy it from there: one gather of the weight per step, not two. The
+    two gradient contributions (the lookup's and the head's partial sums) are still reduce-scattered
+    one by one: DDP's bytes plus one more `Reduce_scatter` of the weight (docs/torch.md, "hB")."""
+    case = "tied:train-sgd:zero2:distributed"
+    out = tmp_path / "tied.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
+    cmd = counted_argv(4, ["-m", "distsdfg.testing.torch_run", str(out), case], timeout=900)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1000)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r, = json.loads(out.read_text())
+    assert "error" not in r, r.get("trace")
+    assert r["rel_err"] <= TOL and r["loss_err"] <= TOL and r["state_err"] <= TOL
+    for b in r["bytes"]:
+        assert bytes_mismatch({"bytes": b}) is None, bytes_mismatch({"bytes": b})
+    weight = [s for s in r["report"] if s["array"] == "emb_weight"]
+    assert [s["collective"] for s in weight] == ["Isend/Irecv"], weight
+    loss = sum(sum(s["sent"]) for s in r["report"] if s["collective"] == "Allreduce" and sum(s["sent"]) <= 2 * 3 * 16)
+    total = sum(sum(s["sent"]) for s in r["report"])
+    table = 16 * 8 * 4          # the (16, 8) float32 embedding weight
+    assert total - loss == 2 * 3 * r["params"] + 3 * table, (total, loss, r["params"])
+
+
 def test_index_inputs_are_checked():
     module = Layers()
     x, tok, cls, target = _inputs("Layers")

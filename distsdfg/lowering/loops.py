@@ -358,13 +358,13 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
 
     def reads_whole(self, kp: KernelPlan, x: str, c: ArrayConstraint) -> bool:
         """Every rank of ``kp`` reads all of ``x`` (a layer norm's weight under a batch split)."""
-        ranks = {sympy.Symbol(str(r)) for r in kp.rank_syms}
+        ranks = {str(r) for r in kp.rank_syms}
         shape = [sympy.sympify(d) for d in self.homes[x].global_shape]
         for box in c.reads:
             if len(box) != len(shape):
                 continue
             free = set().union(*(sympy.sympify(e).free_symbols for se in box for e in se))
-            if {str(f) for f in free} & {str(r) for r in ranks}:
+            if {str(f) for f in free} & ranks:
                 continue
             if all(sympy.simplify(sympy.sympify(lo)) == 0 and sympy.simplify(sympy.sympify(hi) - (n - 1)) == 0
                    for (lo, hi), n in zip(box, shape)):

@@ -109,8 +109,10 @@ def test_gpt_matches_pytorch(gpt_results, case):
         assert r["state_err"] <= 1e-10 and "transformer_wte_weight" in r["placed"] and r["packed"] > 1024
     if case == "train:zero:distributed":
         # ZeRO-1 (torch_training.zero_shardings): DDP's all-reduce volume, 2 (P-1) x the parameters'
-        # bytes, plus the loss's sums and what is not yet DDP's (layer norm weights that map kernels
-        # of later states fetch again, a few small unsplit kernels: 1.098x DDP's bytes in all on 2
-        # ranks, docs/torch.md "ZeRO-1")
+        # bytes, plus the loss's sums and what is not yet DDP's (the tied embedding's second gradient
+        # contribution reduce-scattered on its own, the position lookup and the causal mask's small
+        # unsplit kernels on rank 0): 1,401,312 B against 1,328,640 (1.055x) when lowered for this
+        # case, docs/torch.md "hB"; 1.09x before the layer norm weights and the tied weight were
+        # fetched once
         ddp = 2 * 3 * r["param_bytes"]
-        assert ddp <= r["report_bytes"] - r["loss_bytes"] <= 1.15 * ddp, (r["report_bytes"], r["loss_bytes"], ddp)
+        assert ddp <= r["report_bytes"] - r["loss_bytes"] <= 1.06 * ddp, (r["report_bytes"], r["loss_bytes"], ddp)

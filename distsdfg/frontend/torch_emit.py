@@ -83,6 +83,8 @@ class Emitter:
         # Training steps: ``x @ W.T`` as ``(W @ x.T).T`` (torch_ops._transposed_weight), and
         # one-element element-wise operations as plain tasklets (``elementwise``)
         self.training = False
+        # Training steps: arguments no gradient flows to (the inputs, the targets, buffers)
+        self.gradless: set = set()
         self.map_names: Dict[int, str] = {}       # body line of a `for ... in dace.map` -> kernel name
         self._taken: set = set()
         # array written by a permute kernel -> (its source, the permutation): a permute of it reads the

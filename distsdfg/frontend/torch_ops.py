@@ -261,8 +261,13 @@ def _transposed_weight(em, a: Val, b: Val) -> Optional[Val]:
     weight itself, as the backward's ``dY @ W`` does, and no kernel copies the weight into its
     transpose. Under a data-parallel schedule with the weight's update split (ZeRO-style), the weight
     is then gathered to every rank once per step, and only activations, which each rank holds its
-    rows of, are transposed. Training steps only (``Emitter.training``)."""
+    rows of, are transposed. Training steps only (``Emitter.training``). Not when ``a`` is an argument
+    no gradient flows to (the network's input): the backward then has no ``dY @ W``, the weight is
+    read once in either form, and ``a`` is read as it is (under a Megatron split every rank passes
+    the input whole; its transpose would be a kernel on rank 0 whose result goes to every rank)."""
     if not em.training or len(a.shape) != 2 or len(b.shape) != 2 or a.is_const or b.is_const:
+        return None
+    if a.name in em.gradless:
         return None
     t = em.permutes.get(b.name)
     if t is None or tuple(t[1]) != (1, 0) or t[0].is_const or t[0].view or len(t[0].shape) != 2:

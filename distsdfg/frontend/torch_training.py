@@ -178,6 +178,8 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
                 ("target" if akind == "target" else f"input{src}")
             name = array_name(base, taken)
         em.reserve(name)
+        if akind != "parameter" or src not in trained:
+            em.gradless.add(name)
         args.append(Argument(name, akind, src, shape, dtype))
         env[node] = Val(name, shape, dtype)
     outs = emit_graph(em, gm.graph, env)

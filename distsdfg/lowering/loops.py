@@ -233,7 +233,10 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
             # Rank 0 holds the program's array whole only in root placement (until a state writes it).
             # Copies the state before read (a weight gathered for the forward) stay valid here when
             # this state follows it directly: the backward reads them instead of gathering again.
-            self.data[x] = ArrayState([self.home_holding(x, state)] + carried.get(x, []),
+            home = self.home_holding(x, state)
+            if carried and x in self.carried_whole:
+                home = dataclasses.replace(home, whole=self.carried_whole[x])
+            self.data[x] = ArrayState([home] + carried.get(x, []),
                                       root_valid=x not in self.written and x not in self.placed)
         for x in self.repl:
             self.data[x] = ArrayState([self.repl_holding(x, state)], root_valid=True, all_valid=True)
@@ -255,6 +258,9 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
         self.previous = state
         self.carried = {x: [h for h in self.data[x].holdings if h.kind != "home" and not h.partial]
                         for x in self.homes if x in self.data}
+        # Home buffers whose ghost cells hold the whole array stay so: the buffer persists.
+        self.carried_whole = {x: h.whole for x in self.homes if x in self.data
+                              for h in self.data[x].holdings if h.kind == "home" and h.whole}
 
     def end_state(self, state: SDFGState):
         for x in self.homes:
@@ -272,7 +278,8 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
         events = {st: self.events([st], plans) for st in states}
         trips = loop_trips(self.sdfg)
         self.classify(states, events, trips)
-        self.previous, self.carried = None, {}
+        self.previous, self.carried, self.carried_whole = None, {}, {}
+        self.most = max((kp.nranks for kp in plans.values()), default=1)     # ranks of the widest grid
         for st in states:
             self.begin_state(st, trips)
             self.future = list(events[st])
@@ -322,18 +329,47 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
             return src_node, x       # a scalar argument: every rank holds rank 0's value already
         if boxes is None and self.alias_ok(kp, arr, c) and self.has_home(x):
             h = self.homes[x]
+            h.accesses.append(self.kernel_layout(kp, h.buffer, c.reads, h.name))
+            self.alias_read.add(x)
+            st = self.data[x]
+            at = next(i for i, g in enumerate(st.holdings) if g.kind == "home")
+            if kp.nranks <= st.holdings[at].whole:
+                # An earlier kernel fetched every element into the home buffers of these ranks
+                # (a grid's ranks are numbered from 0), and nothing has written the array since:
+                # their ghost cells are still valid.
+                return self.buffer_node(h.buffer, state), h.buffer
             new = state.add_access(h.buffer)
             spec = self.spec(kp, "redist", x, h.buffer, c, c.reads, source=self.home_layout(x), home=h.name,
                              inplace=True)
             self.dm(state, spec, self.buffer_node(h.buffer, state), new)
-            h.accesses.append(self.kernel_layout(kp, h.buffer, c.reads, h.name))
-            self.alias_read.add(x)
+            if self.reads_whole(kp, x, c):
+                st.holdings[at] = dataclasses.replace(st.holdings[at], whole=max(kp.nranks, st.holdings[at].whole))
+            if self.reads_whole(kp, x, c) and kp.nranks == self.most:
+                # The filled home buffer is then also a copy that other kernels (a library kernel
+                # reading a tied weight) read locally on any rank, instead of gathering the array again.
+                st.holdings.append(Holding(self.kernel_layout(kp, h.buffer, c.reads, h.name), "ghost", kp.grid,
+                                           kp.rank_syms, (), (), tuple(c.reads), state, new))
             return new, h.buffer
         self.reading_for = kp.kernel.node
         try:
             return super().read_input(kp, arr, c, state, src_node, local_of, boxes)
         finally:
             self.reading_for = None
+
+    def reads_whole(self, kp: KernelPlan, x: str, c: ArrayConstraint) -> bool:
+        """Every rank of ``kp`` reads all of ``x`` (a layer norm's weight under a batch split)."""
+        ranks = {str(r) for r in kp.rank_syms}
+        shape = [sympy.sympify(d) for d in self.homes[x].global_shape]
+        for box in c.reads:
+            if len(box) != len(shape):
+                continue
+            free = set().union(*(sympy.sympify(e).free_symbols for se in box for e in se))
+            if {str(f) for f in free} & ranks:
+                continue
+            if all(sympy.simplify(sympy.sympify(lo)) == 0 and sympy.simplify(sympy.sympify(hi) - (n - 1)) == 0
+                   for (lo, hi), n in zip(box, shape)):
+                return True
+        return False
 
     def add_local(self, kp: KernelPlan, arr: str, c: ArrayConstraint, *, offset: bool) -> str:
         if (kp.kernel.index, arr) in self.alias_written:

@@ -87,6 +87,7 @@ class Holding:
     state: SDFGState
     node: nodes.AccessNode
     const: Optional[float] = None   # the producer wrote this number everywhere
+    whole: int = 0                  # a home buffer: ranks 0..whole-1 hold every element (ghost cells fetched)
 
     @property
     def partial(self) -> bool:

@@ -1174,8 +1174,9 @@ struct StepRunner {
         Mem::end();
         if (timed) {
             const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            std::fprintf(stderr, "[distsdfg] rank %d step %lld (%s): %.3f ms\n", ctx.rank,
-                         static_cast<long long>(index), kind_name(s.kind()), ms);
+            const double at = std::chrono::duration<double, std::milli>(t0.time_since_epoch()).count();
+            std::fprintf(stderr, "[distsdfg] rank %d step %lld (%s): %.3f ms (from %.3f)\n", ctx.rank,
+                         static_cast<long long>(index), kind_name(s.kind()), ms, at);
         }
     }
 };

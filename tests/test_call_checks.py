@@ -19,6 +19,19 @@ def test_single_rank_run_is_correct(add_prog):
     np.testing.assert_allclose(add_prog(x=x, y=y), x + y, rtol=1e-12)
 
 
+def test_warm_calls_skip_daces_argument_checks_with_the_same_results(add_prog):
+    """After the first call, arguments go to the binary from a record of its signature
+    (``dace_compat.call_compiled``): new arrays, new results, no copy of the last call's."""
+    add_prog(x=np.zeros((4, 8, 16)), y=np.zeros((8, 16)))
+    assert add_prog._compiled._distsdfg_args is not None     # the warm calls below take the record
+    outs = []
+    for k in range(3):
+        x, y = np.random.rand(4, 8, 16), np.full((8, 16), float(k))
+        outs.append(add_prog(x=x, y=y))
+        np.testing.assert_allclose(outs[-1], x + y, rtol=1e-12)
+    assert outs[0] is not outs[1] and not np.shares_memory(outs[0], outs[1])     # results are handed over
+
+
 def test_wrong_shape(add_prog):
     with pytest.raises(InputError, match=r"shape \(4, 8\) but the program expects \(4, 8, 16\)"):
         add_prog(x=np.zeros((4, 8)), y=np.zeros((8, 16)))

@@ -19,7 +19,7 @@ from dace.transformation.interstate import loop_to_map as _loop_to_map
 
 from ..geometry.boxes import row_major_strides
 from .build import (BUILD_TYPE, SEQ_REDUCE, ExpandReduceSequentialByValue, allow_view_arguments, batched_products,
-                    blas_chosen_by_user, blas_implementation, blas_library, blas_nodes, cxx_compiler,
+                    blas_chosen_by_user, blas_implementation, blas_library, blas_nodes, call_compiled, cxx_compiler,
                     ensure_mpi_on_path, fresh_return_arrays, from_json, generate_code, load_compiled,
                     mkl_link_library, mpi_bin_dir, order_return_arrays, reinitialise, release_build, rename_data,
                     sequential_reduce, to_json, use_blas_implementation, use_openblas_environment,
@@ -33,7 +33,7 @@ __all__ = [
 
 #: Building and calling compiled programs: ``dace_compat.build``, re-exported here.
 __all__ += ["BUILD_TYPE", "SEQ_REDUCE", "ExpandReduceSequentialByValue", "allow_view_arguments", "batched_products",
-            "blas_chosen_by_user", "blas_implementation", "blas_library", "blas_nodes", "cxx_compiler",
+            "blas_chosen_by_user", "blas_implementation", "blas_library", "blas_nodes", "call_compiled", "cxx_compiler",
             "ensure_mpi_on_path", "fresh_return_arrays", "from_json", "generate_code", "load_compiled",
             "mkl_link_library", "mpi_bin_dir", "order_return_arrays", "reinitialise", "release_build", "rename_data",
             "sequential_reduce", "to_json", "use_blas_implementation",

@@ -12,6 +12,7 @@ from typing import List, Optional
 
 import dace
 import dace.library
+from dace import data as dt
 from dace.sdfg import SDFG, nodes
 from dace.transformation.transformation import ExpandTransformation
 
@@ -293,3 +294,63 @@ def order_return_arrays(sdfg: SDFG) -> None:
         new = f"__return_{k:0{width}d}"
         if new != name:
             rename_data(sdfg, name, new)
+
+
+def call_compiled(compiled, call: dict):
+    """``compiled(**call)``, after its first call without DaCe's per-argument checks and conversions.
+
+    DaCe 1.0.2's ``CompiledSDFG.__call__`` orders, type-checks and converts every argument on every
+    call (``_construct_args``: property reads, ``is_array``, a ctypes object per argument), ~5-10 us
+    an argument: 5-10 ms per call of a distributed training step with a thousand arguments (the
+    homes' per-rank shapes that persistent buffers use are not packed, ``dace_compat.pack``). The
+    first call of an initialised program goes through DaCe and records, per position of its C
+    signature, whether it takes an array (a pointer) or a scalar (its ctypes type); later calls
+    build the same argument tuple from that record and call ``fast_call``. A call whose arguments
+    do not fit the record (an array where a scalar was, a view DaCe would refuse, a program
+    finalised to be initialised again) goes through DaCe. The caller checks shapes and dtypes
+    (``runtime.program``).
+    """
+    import ctypes
+
+    import numpy as np
+    from dace.config import Config
+    record = getattr(compiled, "_distsdfg_args", None)
+    if record is None or not compiled._initialized:
+        out = compiled(**call)
+        compiled._distsdfg_args = _argument_record(compiled)
+        return out
+    names, kinds = record
+    compiled._initialize_return_values(call)       # new return arrays when asked (fresh_return_arrays)
+    for desc, arr in zip(compiled._retarray_shapes, compiled._return_arrays):
+        call[desc[0]] = arr
+    views = Config.get_bool("compiler", "allow_view_arguments")
+    args = []
+    for name, kind in zip(names, kinds):
+        value = call.get(name, _MISSING)
+        if kind is None:            # an array: its data pointer
+            if isinstance(value, np.ndarray) and (views or value.base is None or name.startswith("__return")):
+                args.append(ctypes.c_void_p(value.__array_interface__["data"][0]))
+            elif value is None:
+                args.append(ctypes.c_void_p(0))
+            else:
+                return compiled(**call)
+        elif value is _MISSING or isinstance(value, np.ndarray):
+            return compiled(**call)
+        else:
+            args.append(kind(value))
+    return compiled.fast_call(tuple(args), compiled._lastargs[1], do_gpu_check=True)
+
+
+_MISSING = object()
+
+
+def _argument_record(compiled):
+    """(names, kinds) of a CompiledSDFG's C signature as its last ``_construct_args`` built it:
+    kind None for an array, else the scalar's ctypes type; None when it cannot be read."""
+    sig, typedict = getattr(compiled, "_sig", None), getattr(compiled, "_typedict", None)
+    last = getattr(compiled, "_lastargs", None)
+    if sig is None or typedict is None or last is None or len(last[0]) != len(sig):
+        return None         # e.g. constants left out of the call: always through DaCe
+    kinds = tuple(None if isinstance(typedict[a], (dt.Array, dt.Structure)) else typedict[a].dtype.as_ctypes()
+                  for a in sig)
+    return tuple(sig), kinds

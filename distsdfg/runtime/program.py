@@ -342,9 +342,9 @@ class DistributedProgram:
         if blocks or reshapes:      # a rank's block is often a view (a slice of a memory map); a reshaped
             # argument is one; both checked contiguous above
             with dc.allow_view_arguments():
-                out = self._compiled(**call)
+                out = dc.call_compiled(self._compiled, call)
         else:
-            out = self._compiled(**call)
+            out = dc.call_compiled(self._compiled, call)
         if _STEP_TIMES:
             now = time.perf_counter()
             print(f"[distsdfg] rank {rank} call of {self.lowered.original_name}: {(now - t_call) * 1e3:.3f} ms, "

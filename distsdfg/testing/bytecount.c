@@ -13,6 +13,7 @@
  *   Allreduce        a reduce-scatter plus an allgather on an even split of count
  *   Reduce_scatter   a rank sends the others' pieces and receives its piece from each other
  *   Allgatherv       a rank sends its piece to each other and receives the others' pieces
+ *   Allgather        counted as Allgatherv (its pieces are of one size; MPI_IN_PLACE too)
  *   Alltoallv/w      the pieces to and from other ranks (type sizes, not extents)
  *   Send/Isend, Recv/Irecv   count times the type's size, messages to oneself excluded
  *
@@ -163,9 +164,17 @@ static int not_me(int peer, MPI_Comm comm) {
                             const DSP displs[], MPI_Datatype rt, MPI_Comm comm) {                                  \
         int me, k;                                                                                                 \
         me_of(comm, &me, &k);                                                                                      \
-        add(comm, BC_ALLGATHERV, (uint64_t)(k - 1) * (uint64_t)scount * tsize(st), SUM_EXCEPT(rcounts, k, me,      \
-                                                                                              tsize(rt)));         \
+        uint64_t mine = sbuf == MPI_IN_PLACE ? (uint64_t)rcounts[me] * tsize(rt) : (uint64_t)scount * tsize(st);   \
+        add(comm, BC_ALLGATHERV, (uint64_t)(k - 1) * mine, SUM_EXCEPT(rcounts, k, me, tsize(rt)));                 \
         return PMPI_Allgatherv##SFX(sbuf, scount, st, rbuf, rcounts, displs, rt, comm);                            \
+    }                                                                                                              \
+    int MPI_Allgather##SFX(const void* sbuf, CNT scount, MPI_Datatype st, void* rbuf, CNT rcount, MPI_Datatype rt, \
+                           MPI_Comm comm) {                                                                        \
+        int me, k;                                                                                                 \
+        me_of(comm, &me, &k);                                                                                      \
+        uint64_t piece = (uint64_t)rcount * tsize(rt);                                                             \
+        add(comm, BC_ALLGATHERV, (uint64_t)(k - 1) * piece, (uint64_t)(k - 1) * piece);                            \
+        return PMPI_Allgather##SFX(sbuf, scount, st, rbuf, rcount, rt, comm);                                      \
     }                                                                                                              \
     int MPI_Alltoallv##SFX(const void* sbuf, const CNT scounts[], const DSP sdispls[], MPI_Datatype st, void* rbuf, \
                            const CNT rcounts[], const DSP rdispls[], MPI_Datatype rt, MPI_Comm comm) {             \

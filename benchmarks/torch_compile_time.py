@@ -2,6 +2,7 @@
 
     python benchmarks/torch_compile_time.py [--train] [--profile OUT.prof [--profile-phase PHASE]]
         [--no-batched-renames] [--cpu] [--save-parsed F.sdfg | --from-parsed F.sdfg] [--skip-compile]
+        [--zero]
 
 Phases, in seconds: ``trace`` (torch.export / make_fx and emitting the NumPy program),
 ``parse`` (DaCe's Python frontend and simplify: ``TorchProgram.sdfg``), ``lower`` (a
@@ -14,8 +15,11 @@ per-variable renames), for comparison. ``--profile`` writes a cProfile of one ph
 machine distorts less than wall time). Every phase is reported in wall time and in CPU time
 (this process and the compiler processes it waited for). ``--save-parsed`` writes the parsed
 SDFG to a file and ``--from-parsed`` starts from one (no trace, no parse), to iterate on the
-lowering quickly; ``--skip-compile`` stops after the lowering. Record the figures in
-docs/torch.md.
+lowering quickly; ``--skip-compile`` stops after the lowering. ``--zero`` lowers the ZeRO-1
+form instead of the data-parallel one: the batch split plus every optimizer update split by its
+first axis (``torch_training.zero_shardings``), in distributed placement, as
+``benchmarks/torch_ddp.py --variants zero`` and ``tests/gpt_run.py``'s ``train:zero:distributed``
+lower it. Record the figures in docs/torch.md.
 """
 import argparse
 import contextlib
@@ -38,6 +42,8 @@ def main(argv=None):
     ap.add_argument("--from-parsed", help="skip trace and parse: load the parsed SDFG from this JSON file")
     ap.add_argument("--cpu", action="store_true", help="report process CPU time instead of wall time")
     ap.add_argument("--skip-compile", action="store_true")
+    ap.add_argument("--zero", action="store_true",
+                    help="lower ZeRO-1 (zero_shardings, placement='distributed') instead of data-parallel")
     ap.add_argument("--dace-build", action="store_true",
                     help="compile with DaCe's own CMake build (sdfg.compile()) instead of distsdfg's")
     a = ap.parse_args(argv)
@@ -87,7 +93,12 @@ def main(argv=None):
             sdfg.save(a.save_parsed)
     with phase("lower"):
         shard = {k: v for k, v in {"idx": (2, 1), "targets": (2, 1)}.items() if k in sdfg.arrays}
-        distsdfg.lower(sdfg, distsdfg.schedule_from_shardings(sdfg, shard, nprocs=2))
+        if a.zero:
+            from distsdfg.frontend.torch_training import zero_shardings
+            sched = distsdfg.schedule_from_shardings(sdfg, zero_shardings(sdfg, shard, 2), nprocs=2)
+            distsdfg.lower(sdfg, sched, placement="distributed")
+        else:
+            distsdfg.lower(sdfg, distsdfg.schedule_from_shardings(sdfg, shard, nprocs=2))
     if not a.skip_compile:
         with phase("compile"):
             if a.dace_build:
@@ -99,7 +110,8 @@ def main(argv=None):
                 blas.configure()
                 dc.ensure_mpi_on_path()
                 runtime.build(sdfg, rebuild=True)
-    print(f"{'training step' if a.train else 'forward'}: {nkernels} kernels, wall: "
+    form = " (ZeRO-1, distributed)" if a.zero else ""
+    print(f"{'training step' if a.train else 'forward'}{form}: {nkernels} kernels, wall: "
           + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()) + f", total {sum(times.values()):.1f} s; CPU: "
           + ", ".join(f"{k} {v:.1f} s" for k, v in cpu.items()) + f", total {sum(cpu.values()):.1f} s; "
           + f"load average {os.getloadavg()[0]:.1f}")

@@ -1,7 +1,6 @@
 """Adapter: every DaCe-version-sensitive call (written against dace 1.0.2) lives here."""
 from __future__ import annotations
 
-import copy
 import sys
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -21,9 +20,11 @@ from ..geometry.boxes import row_major_strides
 from .build import (BUILD_TYPE, SEQ_REDUCE, ExpandReduceSequentialByValue, allow_view_arguments, batched_products,
                     blas_chosen_by_user, blas_implementation, blas_library, blas_nodes, call_compiled, cxx_compiler,
                     ensure_mpi_on_path, fresh_return_arrays, from_json, generate_code, load_compiled,
-                    mkl_link_library, mpi_bin_dir, order_return_arrays, reinitialise, release_build, rename_data,
+                    mkl_link_library, mpi_bin_dir, order_return_arrays, reinitialise, release_build,
                     sequential_reduce, to_json, use_blas_implementation, use_openblas_environment,
-                    openblas_environment)
+                    openblas_environment, write_program_folder)
+from .expansions import force_pure_expansion, repair_init_accumulate_races, standalone_expansion
+from .rename import rename_data
 
 __all__ = [
     "simplify", "repair_init_accumulate_races", "propagate", "reduction_op", "force_pure_expansion",
@@ -37,7 +38,7 @@ __all__ += ["BUILD_TYPE", "SEQ_REDUCE", "ExpandReduceSequentialByValue", "allow_
             "ensure_mpi_on_path", "fresh_return_arrays", "from_json", "generate_code", "load_compiled",
             "mkl_link_library", "mpi_bin_dir", "order_return_arrays", "reinitialise", "release_build", "rename_data",
             "sequential_reduce", "to_json", "use_blas_implementation",
-            "use_openblas_environment", "openblas_environment"]
+            "use_openblas_environment", "openblas_environment", "write_program_folder"]
 
 int_ceil = symbolic.int_ceil
 Min = sympy.Min
@@ -179,43 +180,6 @@ def propagate_wcr_outward(sdfg: SDFG) -> int:
     return total
 
 
-def repair_init_accumulate_races(sdfg: SDFG) -> int:
-    """Order a constant initialisation before other writes of the same data inside one scope.
-
-    DaCe 1.0.2's ``simplify()`` fuses ``b[i] = 0`` and a nested accumulation map
-    ``b[i] += ...`` (the CSR SpMV) into one scope with no edge between them, so the
-    generated code may accumulate before initialising. The program initialises first, so
-    we add an empty-memlet edge from the initialising tasklet (one with no data inputs) to
-    every other writer of that data in the scope. Returns the number of edges added.
-    """
-    added = 0
-    for state in sdfg.all_states():
-        sd = state.scope_dict()
-        for ex in [n for n in state.nodes() if isinstance(n, nodes.ExitNode)]:
-            writers = {}
-            for e in state.in_edges(ex):
-                if not e.data.is_empty():
-                    writers.setdefault(e.data.data, []).append(e.src)
-            for data, ws in writers.items():
-                inits = [w for w in ws if isinstance(w, nodes.Tasklet)
-                         and all(ie.data.is_empty() for ie in state.in_edges(w))]
-                for w in inits:
-                    for other in ws:
-                        target = state.entry_node(other) if isinstance(other, nodes.ExitNode) else other
-                        if other is w or target is None or sd.get(target) is not sd.get(w):
-                            continue
-                        if _has_path(state, w, target) or _has_path(state, target, w):
-                            continue
-                        state.add_nedge(w, target, dace.Memlet())
-                        added += 1
-    return added
-
-
-def _has_path(state: SDFGState, a, b) -> bool:
-    import networkx as nx
-    return nx.has_path(state.nx, a, b)
-
-
 def propagate(memlets: Sequence[dace.Memlet], arr: dt.Data, params: Sequence[str],
               rng: subsets.Range) -> dace.Memlet:
     """Image of ``memlets`` over the iteration range ``rng`` of ``params``."""
@@ -239,64 +203,6 @@ def reduction_op(wcr: Optional[str]) -> Optional[str]:
         dtypes.ReductionType.Max: "max",
         dtypes.ReductionType.Min: "min",
     }.get(rt)
-
-
-def force_pure_expansion(sdfg: SDFG, max_rounds: int = 16) -> None:
-    """Expand every library node to its pure (map-based) implementation, recursively."""
-    for _ in range(max_rounds):
-        libs = [(n, st) for n, st in sdfg.all_nodes_recursive() if isinstance(n, nodes.LibraryNode)]
-        if not libs:
-            return
-        for node, state in libs:
-            impls = getattr(node, "implementations", {})
-            for name in ("pure", "specialize"):
-                if name in impls:
-                    node.implementation = name
-                    break
-            node.expand(state.parent, state)
-    raise RuntimeError("library nodes keep expanding into library nodes")
-
-
-def standalone_expansion(sdfg: SDFG, state: SDFGState, node: nodes.LibraryNode) -> SDFG:
-    """A fresh SDFG holding only ``node`` and its arrays, expanded to pure maps and simplified.
-
-    The arrays keep the names they have in ``sdfg``, so the maps of the expansion read
-    and write the same names as the library node's memlets.
-    """
-    sub = SDFG(f"analysis_{node.label}")
-    for name, stype in sdfg.symbols.items():
-        sub.add_symbol(name, stype)
-    st = sub.add_state("analysis")
-    new = copy.deepcopy(node)
-    st.add_node(new)
-
-    def add(name):
-        if name not in sub.arrays:
-            desc = sdfg.arrays[name]
-            if isinstance(desc, (dt.View, dt.Scalar)) or type(desc) is not dt.Array:
-                # A view without its viewed array is invalid on its own: analyse it as a plain array.
-                sub.add_array(name, desc.shape, desc.dtype, strides=getattr(desc, "strides", None))
-            else:
-                desc = copy.deepcopy(desc)
-                desc.transient = False
-                sub.add_datadesc(name, desc)
-
-    for e in state.in_edges(node):
-        if e.data.is_empty():
-            continue
-        add(e.data.data)
-        st.add_edge(st.add_read(e.data.data), None, new, e.dst_conn, copy.deepcopy(e.data))
-    for e in state.out_edges(node):
-        if e.data.is_empty():
-            continue
-        add(e.data.data)
-        st.add_edge(new, e.src_conn, st.add_write(e.data.data), None, copy.deepcopy(e.data))
-    force_pure_expansion(sub)
-    from dace.transformation.interstate import InlineSDFG
-    sub.simplify()
-    sub.apply_transformations_repeated(InlineSDFG, validate=False)
-    repair_init_accumulate_races(sub)
-    return sub
 
 
 def scope_edges(state: SDFGState, entry: nodes.MapEntry):

@@ -139,6 +139,28 @@ def generate_code(sdfg: SDFG, validate: bool = True, rename_if_loaded: bool = Fa
     return program, codegen.generate_code(program, validate=validate)
 
 
+def write_program_folder(sdfg: SDFG, code_objects, folder: str) -> None:
+    """DaCe's ``generate_program_folder`` (the sources, file lists, configuration, ``program.sdfg``)
+    without its hash of the SDFG: DaCe hashes ``program.sdfg`` by deep-copying its JSON and
+    serialising it again (a tenth of a large program's build); ``include/hash.h`` (read only by
+    instrumentation reports) gets a hash of the generated code instead, which changes exactly when
+    the program does."""
+    import hashlib
+    from dace.codegen import compiler
+    compiler.generate_program_folder(None, code_objects, folder)
+    sdfg.save(os.path.join(folder, "program.sdfg"), hash=False)
+    h = hashlib.sha256()
+    for obj in code_objects:
+        h.update(obj.name.encode())
+        h.update(obj.clean_code.encode())
+    path = os.path.join(folder, "include", "hash.h")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    contents = f'#define __HASH_{sdfg.name} "{h.hexdigest()}"\n'
+    if not compiler.identical_file_exists(path, contents):
+        with open(path, "w") as f:
+            f.write(contents)
+
+
 _private_copies = 0
 
 
@@ -246,11 +268,6 @@ def sequential_reduce() -> str:
     return SEQ_REDUCE
 
 
-def rename_data(sdfg: SDFG, old: str, new: str) -> None:
-    """Rename the data container ``old`` to ``new`` in the descriptors, states and interstate edges."""
-    sdfg.replace_dict({old: new})
-
-
 def to_json(sdfg: SDFG) -> str:
     import json
     return json.dumps(sdfg.to_json())
@@ -289,11 +306,10 @@ def order_return_arrays(sdfg: SDFG) -> None:
              if (m := re.fullmatch(r"__return_(\d+)", name))}
     if len(found) <= 10:
         return
+    from .rename import rename_data
     width = len(str(max(found)))
-    for k, name in sorted(found.items()):
-        new = f"__return_{k:0{width}d}"
-        if new != name:
-            rename_data(sdfg, name, new)
+    rename_data(sdfg, {name: new for k, name in sorted(found.items()) if (new := f"__return_{k:0{width}d}") != name})
+
 
 
 def call_compiled(compiled, call: dict):

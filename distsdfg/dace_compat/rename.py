@@ -1,16 +1,19 @@
-"""``rename_symbols``: DaCe's ``SDFG.replace_dict`` for renaming symbols, element by element.
+"""``rename_symbols``: DaCe's ``SDFG.replace_dict`` for renaming symbols and data, element by element.
 
 DaCe 1.0.2's ``replace_dict`` hands the whole replacement dictionary to every node, data
 descriptor and memlet, and its symbolic helper (``dace.sdfg.replace._internal_replace``) prints
 every key of the dictionary to a string to filter it, for every dimension of every subset: the
 cost is ``O(|mapping| x |SDFG|)``. ``optimize.share_rank_symbols`` renames a few hundred rank
 symbols in a program of a few thousand nodes (the training step of a small GPT), which was
-most of the lowering's time.
+most of the lowering's time; ``boundary.BoundarySteps.place_arguments`` renames two data
+containers per argument placed on the ranks (a ZeRO-1 training step places a few hundred), one
+``replace_dict`` each: three quarters of that step's lowering.
 
 ``rename_symbols`` walks the same elements DaCe's ``replace_dict`` walks (the data descriptors,
 the interstate edges, every node and memlet of the top-level states; not nested SDFGs, which
 DaCe does not enter either) and calls the same DaCe functions on each, but with the part of the
-mapping whose names the element mentions. The names an element mentions are over-approximated
+mapping whose names the element mentions (for a memlet: the free symbols of its subsets and
+volume and the data it moves). The names an element mentions are over-approximated
 (every identifier of a string or code block, every free symbol of an expression), so no element
 misses a replacement; an element that mentions none still gets DaCe's call (with an empty
 mapping) where DaCe's call changes it regardless (numbers in symbolic properties become sympy
@@ -29,7 +32,7 @@ from dace import properties, subsets, symbolic
 from dace.properties import CodeBlock
 from dace.sdfg import SDFG, SDFGState
 
-__all__ = ["rename_symbols"]
+__all__ = ["rename_symbols", "rename_data"]
 
 _replace = importlib.import_module("dace.sdfg.replace")     # ``dace.sdfg.replace`` is also a function
 _sdfg_mod = importlib.import_module("dace.sdfg.sdfg")
@@ -79,8 +82,14 @@ def _element_names(obj) -> Set[str]:
     return out
 
 
+def rename_data(sdfg: SDFG, mapping: Dict[str, str]) -> None:
+    """``sdfg.replace_dict(mapping)`` for a mapping of data container (or symbol) names, in time
+    linear in the SDFG: the descriptors move to their new names, access nodes and memlets follow."""
+    rename_symbols(sdfg, mapping)
+
+
 def rename_symbols(sdfg: SDFG, mapping: Dict[str, str]) -> None:
-    """``sdfg.replace_dict(mapping)`` for a mapping of symbol names, in time linear in the SDFG."""
+    """``sdfg.replace_dict(mapping)`` for a mapping of symbol (or data) names, in time linear in the SDFG."""
     if not mapping:
         return
     if (set(mapping) & set(mapping.values()) or not all(isinstance(v, str) for v in mapping.values())
@@ -120,6 +129,8 @@ def rename_symbols(sdfg: SDFG, mapping: Dict[str, str]) -> None:
                 if s is not None:
                     names |= s.free_symbols
             _names(m.volume, names)
+            if m.data is not None:
+                names.add(m.data)
             repl, srepl = part(names)
             if repl:
                 _replace.replace_dict(_OneEdge(edge), repl, srepl)

@@ -70,21 +70,25 @@ class BoundarySteps:
         entry (a local copy) and copied back on exit.
         """
         sdfg = self.sdfg
+        # The renames in two batches of one walk of the SDFG each (``dace_compat.rename_data``):
+        # every argument to its stand-in, then the home buffers that become arguments.
+        stand_ins = {}
+        for x in sorted(self.placed):
+            stand_in = f"__dsdfg_whole_{x.strip('_')}"
+            while stand_in in sdfg.arrays or stand_in in stand_ins.values():
+                stand_in += "_"
+            stand_ins[x] = stand_in
+        dc.rename_data(sdfg, stand_ins)
+        homes = {}
         for x in sorted(self.placed):
             h = self.homes[x]
-            desc = sdfg.arrays[x]
-            stand_in = f"__dsdfg_whole_{x.strip('_')}"
-            while stand_in in sdfg.arrays:
-                stand_in += "_"
-            dc.rename_data(sdfg, x, stand_in)
-            sdfg.arrays[stand_in].transient = True
-            self.touched.add(stand_in)
+            desc = sdfg.arrays[stand_ins[x]]
+            desc.transient = True
+            self.touched.add(stand_ins[x])
             key = (h.anchor.grid, h.anchor.rank_syms, h.anchor.boxes)
             if all((a.grid, a.rank_syms, a.boxes) == key for a in h.accesses):
                 # Kernels index the home only within the owned blocks: no ghost cells.
-                dc.rename_data(sdfg, h.buffer, x)
-                sdfg.arrays[x].transient = False
-                h.buffer = x
+                homes[h.buffer] = x
                 self.boundary[x] = h.name
                 continue
             name = f"{h.name}b"
@@ -92,3 +96,7 @@ class BoundarySteps:
             sdfg.add_array(x, [dc.sym(s) for s in ssyms], desc.dtype)
             self.extra_homes.append(HomeSpec(name, x, x, h.global_shape, h.anchor, (), osyms, ssyms, boundary=True))
             self.boundary[x] = name
+        dc.rename_data(sdfg, homes)
+        for buffer, x in homes.items():
+            sdfg.arrays[x].transient = False
+            self.homes[x].buffer = x

@@ -358,7 +358,7 @@ def build_program(sdfg, code_objects, folder: str) -> str:
     """Write the program folder for ``sdfg`` and its generated ``code_objects`` into ``folder`` and
     compile it, directly where possible, else through DaCe's CMake project. Returns how it was built."""
     from dace.codegen import compiler
-    compiler.generate_program_folder(sdfg, code_objects, folder)
+    dc.write_program_folder(sdfg, code_objects, folder)
     if enabled():
         try:
             info = compile_direct(folder, sdfg.name)

@@ -40,6 +40,7 @@ from .home_planning import Home, HomePlanning
 from .rewriter import Rewriter
 from ..analysis.controlflow import loop_trips
 from ..values.plan import ALL_HOME, ROOT_HOME, HomeSpec, Layout, StepSpec, axis_symbols, boxes_text
+from ..values.exprs import box_covers
 
 __all__ = ["MachineRewriter", "loop_trips"]
 
@@ -333,20 +334,20 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
             self.alias_read.add(x)
             st = self.data[x]
             at = next(i for i, g in enumerate(st.holdings) if g.kind == "home")
-            if kp.nranks <= st.holdings[at].whole:
-                # An earlier kernel fetched every element into the home buffers of these ranks
-                # (a grid's ranks are numbered from 0), and nothing has written the array since:
-                # their ghost cells are still valid.
+            if kp.nranks <= st.holdings[at].whole:     # an earlier kernel fetched all of x into the home
+                # buffers of ranks 0..whole-1 and nothing has written x since: the ghost cells are valid
                 return self.buffer_node(h.buffer, state), h.buffer
             new = state.add_access(h.buffer)
             spec = self.spec(kp, "redist", x, h.buffer, c, c.reads, source=self.home_layout(x), home=h.name,
                              inplace=True)
             self.dm(state, spec, self.buffer_node(h.buffer, state), new)
-            if self.reads_whole(kp, x, c):
+            ranks = {str(r) for r in kp.rank_syms}      # every rank of kp reads all of x (a layer norm's weight)?
+            whole = any(box_covers(box, self.homes[x].global_shape) and not ranks & {
+                str(f) for se in box for e in se for f in sympy.sympify(e).free_symbols} for box in c.reads)
+            if whole:
                 st.holdings[at] = dataclasses.replace(st.holdings[at], whole=max(kp.nranks, st.holdings[at].whole))
-            if self.reads_whole(kp, x, c) and kp.nranks == self.most:
-                # The filled home buffer is then also a copy that other kernels (a library kernel
-                # reading a tied weight) read locally on any rank, instead of gathering the array again.
+            if whole and kp.nranks == self.most:
+                # the filled home is also a copy other kernels (a tied weight's product) read locally
                 st.holdings.append(Holding(self.kernel_layout(kp, h.buffer, c.reads, h.name), "ghost", kp.grid,
                                            kp.rank_syms, (), (), tuple(c.reads), state, new))
             return new, h.buffer
@@ -355,21 +356,6 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
             return super().read_input(kp, arr, c, state, src_node, local_of, boxes)
         finally:
             self.reading_for = None
-
-    def reads_whole(self, kp: KernelPlan, x: str, c: ArrayConstraint) -> bool:
-        """Every rank of ``kp`` reads all of ``x`` (a layer norm's weight under a batch split)."""
-        ranks = {str(r) for r in kp.rank_syms}
-        shape = [sympy.sympify(d) for d in self.homes[x].global_shape]
-        for box in c.reads:
-            if len(box) != len(shape):
-                continue
-            free = set().union(*(sympy.sympify(e).free_symbols for se in box for e in se))
-            if {str(f) for f in free} & ranks:
-                continue
-            if all(sympy.simplify(sympy.sympify(lo)) == 0 and sympy.simplify(sympy.sympify(hi) - (n - 1)) == 0
-                   for (lo, hi), n in zip(box, shape)):
-                return True
-        return False
 
     def add_local(self, kp: KernelPlan, arr: str, c: ArrayConstraint, *, offset: bool) -> str:
         if (kp.kernel.index, arr) in self.alias_written:

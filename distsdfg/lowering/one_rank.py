@@ -23,6 +23,7 @@ from dace import data as dt
 from dace import memlet as mm
 from dace import subsets
 from dace.sdfg import SDFG, nodes
+from ..values.exprs import box_covers
 
 __all__ = ["copies_to_views", "fills_to_assignments", "drop_dead_writes", "sums_into_products"]
 
@@ -51,12 +52,7 @@ def _whole(layout) -> bool:
             or any(g != 1 for g in layout.grid) or not all(_is_zero(o) for o in layout.origin)):
         return False
     box = layout.boxes[0]
-    return len(box) == len(layout.local_shape) and _covers(box, layout.local_shape)
-
-
-def _covers(box, shape) -> bool:
-    """Each dimension of ``box`` (inclusive ``(lo, hi)`` pairs) runs from zero to its extent in ``shape``."""
-    return all(_is_zero(lo) and _eq(f"({hi}) + 1", n) for (lo, hi), n in zip(box, shape))
+    return len(box) == len(layout.local_shape) and box_covers(box, layout.local_shape)
 
 
 def _row_major(desc) -> bool:
@@ -120,7 +116,7 @@ def _copy_step(sdfg: SDFG, spec, s: str, d: str) -> bool:
     if spec.kind == "scatter":
         if a.transient or any(g != 1 for g in spec.grid) or len(spec.boxes) != 1:
             return False
-        return all(_is_zero(o) for o in spec.origin) and _covers(spec.boxes[0], a.shape)
+        return all(_is_zero(o) for o in spec.origin) and box_covers(spec.boxes[0], a.shape)
     return False
 
 

@@ -24,7 +24,7 @@ from ..lowering.rewriter import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS
 from ..mpi.environment import INCLUDE_DIR
 from ..lowering.placement import layout as _layout
 from ..values.plan import ConcreteStep, evaluate
-from .root_args import RootArguments, missing_replicas, replica_values, unequal_replicas
+from .root_args import RootArguments, check_blocks, replica_values, unequal_replicas
 from ..solver.solve import lowered_of, solve_homes, solve_plan, symbol_values
 
 __all__ = ["DistributedProgram", "compile_distributed", "idle_bcast", "comm_of",
@@ -175,27 +175,6 @@ class DistributedProgram:
         """``distsdfg.layout`` of ``array`` on this program's communicator."""
         return _layout(self, array, **sizes)
 
-    def _check_blocks(self, kwargs, blocks) -> Optional[str]:
-        """This rank's distributed-placement arguments (and one-element ones): present, of its block's shape."""
-        for x, shape in blocks.items():
-            arr = kwargs.get(x)
-            if arr is None:
-                if x.startswith("__return"):
-                    continue
-                return f"missing argument `{x}` (rank {self.comm.rank} passes its block of shape {shape})"
-            if not isinstance(arr, np.ndarray):
-                return f"argument `{x}` must be a NumPy array (this rank's block), got {type(arr).__name__}"
-            if tuple(arr.shape) != tuple(shape):
-                return (f"argument `{x}` on rank {self.comm.rank} has shape {tuple(arr.shape)}, but this rank's block "
-                        f"is {tuple(shape)} (distributed placement: pass distsdfg.layout(sdfg, {x!r}, ...).block(...) "
-                        f"or load it with .load(path, rank))")
-            want = np.dtype(self.sdfg.arrays[x].dtype.as_numpy_dtype())
-            if arr.dtype != want:
-                return f"argument `{x}` has dtype {arr.dtype} but the program expects {want}; convert it with .astype"
-            if not arr.flags.c_contiguous:
-                return f"argument `{x}` on rank {self.comm.rank} is not contiguous; pass np.ascontiguousarray(...)"
-        return missing_replicas(self.lowered, kwargs, self.comm.rank)      # the one-element arguments
-
     @functools.cached_property
     def _persistent(self) -> bool:
         from dace import dtypes
@@ -317,7 +296,7 @@ class DistributedProgram:
             return self._root_args.nothing()
         table, _, home_syms, blocks = self.plan(values)
         if blocks:      # distributed placement: every rank checks its own blocks, all agree
-            mine = (self._check_blocks(kwargs, blocks), replica_values(self.lowered, kwargs))
+            mine = (check_blocks(self.sdfg, self.lowered, kwargs, blocks, rank), replica_values(self.lowered, kwargs))
             gathered = comm.allgather(mine)
             msgs = [m for m, _ in gathered if m] or [unequal_replicas(self.lowered, [v for _, v in gathered])]
             if msgs[0]:

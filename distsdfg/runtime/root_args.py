@@ -21,7 +21,7 @@ from ..lowering.rewriter import PLAN_ARRAY, Lowered
 from ..mpi import DistributedMemlet
 from ..values.plan import ALL_HOME, StepSpec, evaluate
 
-__all__ = ["RootArguments", "rank0_only_arrays", "missing_replicas", "replica_values", "unequal_replicas"]
+__all__ = ["RootArguments", "rank0_only_arrays", "check_blocks", "missing_replicas", "replica_values", "unequal_replicas"]
 
 
 def _every_rank(step: StepSpec) -> bool:
@@ -98,6 +98,29 @@ class RootArguments:
         done = [None if rank != 0 and name is not None and name not in self.placed
                 else np.copy(o) if copy and isinstance(o, np.ndarray) else o for name, o in zip(names, outs)]
         return tuple(done) if many else done[0]
+
+
+def check_blocks(sdfg, low: Lowered, kwargs: Dict, blocks: Dict, rank: int) -> Optional[str]:
+    """Why this rank's call cannot run (None: it can): its distributed-placement arguments must be
+    present, of its block's shape, dtype and contiguous, and its one-element arguments present."""
+    for x, shape in blocks.items():
+        arr = kwargs.get(x)
+        if arr is None:
+            if x.startswith("__return"):
+                continue
+            return f"missing argument `{x}` (rank {rank} passes its block of shape {shape})"
+        if not isinstance(arr, np.ndarray):
+            return f"argument `{x}` must be a NumPy array (this rank's block), got {type(arr).__name__}"
+        if tuple(arr.shape) != tuple(shape):
+            return (f"argument `{x}` on rank {rank} has shape {tuple(arr.shape)}, but this rank's block "
+                    f"is {tuple(shape)} (distributed placement: pass distsdfg.layout(sdfg, {x!r}, ...).block(...) "
+                    f"or load it with .load(path, rank))")
+        want = np.dtype(sdfg.arrays[x].dtype.as_numpy_dtype())
+        if arr.dtype != want:
+            return f"argument `{x}` has dtype {arr.dtype} but the program expects {want}; convert it with .astype"
+        if not arr.flags.c_contiguous:
+            return f"argument `{x}` on rank {rank} is not contiguous; pass np.ascontiguousarray(...)"
+    return missing_replicas(low, kwargs, rank)      # the one-element arguments
 
 
 def missing_replicas(low: Lowered, kwargs: Dict, rank: int) -> Optional[str]:

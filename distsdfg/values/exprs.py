@@ -16,7 +16,7 @@ import sympy
 
 from .. import dace_compat as dc
 
-__all__ = ["compiled", "evaluate", "evaluate_many", "simplified", "same_value"]
+__all__ = ["compiled", "evaluate", "evaluate_many", "simplified", "same_value", "box_covers"]
 
 
 #: The functions a bound's text may call, as Python evaluates them on integers.
@@ -159,3 +159,14 @@ def same_value(a, b) -> bool:
         return False
     d = sympy.expand(a - b)
     return d == 0 or (not d.is_number and simplified(d) == 0)
+
+
+def box_covers(box, shape) -> bool:
+    """Each dimension of ``box`` (inclusive ``(lo, hi)`` pairs of expressions; a size symbol may be
+    called ``S``) provably runs from zero to its extent in ``shape``."""
+    from dace import symbolic
+
+    def sym(e):
+        return symbolic.pystr_to_symbolic(str(e))
+    return len(box) == len(shape) and all(same_value(sym(lo), 0) and same_value(sym(f"({hi}) + 1"), sym(n))
+                                          for (lo, hi), n in zip(box, shape))

@@ -199,8 +199,10 @@ def run_case(case: str, comm) -> dict:
     result = {"case": case, "schedule": {k: list(v) for k, v in sched.items()}, "bytes": [],
               "collectives": sorted({s.collective for s in report}),
               "report_bytes": int(sum(sum(s.sent) * s.repeats for s in report)),
-              # the loss's sums: one-element Allreduces (not part of DDP's gradient volume)
-              "loss_bytes": int(sum(sum(s.sent) for s in report if s.collective == "Allreduce" and max(s.sent) <= 8)),
+              # the loss's sums: Allreduces of one or two float64 elements, 2 (P-1) x 8 B each by
+              # comm_report's convention (not part of DDP's gradient volume)
+              "loss_bytes": int(sum(sum(s.sent) for s in report
+                                    if s.collective == "Allreduce" and sum(s.sent) <= 2 * (comm.size - 1) * 16)),
               "param_bytes": sum(int(p.numel()) * p.element_size() for p in model.parameters()),
               "seconds": seconds}
     result["packed"] = len(getattr(fn, "_packed", None) or ())

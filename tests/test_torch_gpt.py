@@ -121,8 +121,9 @@ def test_gpt_matches_pytorch(gpt_results, case):
             assert bytes_mismatch({"bytes": b}) is None, bytes_mismatch({"bytes": b})
     if case.endswith(":distributed"):
         # weights and both Adam moments kept on their owners between calls, their blocks checked after
-        # the third; the ~1,200 per-rank symbols reach the program packed in one array
-        assert "transformer_wte_weight" in r["placed"] and r["packed"] > 1024
+        # the third; the per-rank symbols (356 under ZeRO-1 on 4 ranks, 1,333 before) reach the
+        # program packed in one array (above 256 of them, dace_compat/pack.py)
+        assert "transformer_wte_weight" in r["placed"] and r["packed"] > 256
     if case == "train:zero:distributed":
         # ZeRO-1 (torch_training.zero_shardings): DDP's all-reduce volume, 2 (P-1) x the parameters'
         # bytes, plus the loss's sums and what is not yet DDP's (layer norm weights that map kernels

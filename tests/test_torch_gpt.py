@@ -6,10 +6,19 @@ Unit tier: the mixed tiny GPT of ``gpt_model.py`` (explicit masked attention and
 step with no operator refused; an operator without translation in a training step is refused
 naming it and the model's source line. mpiexec tier: one launch of ``gpt_run.py`` on 4 ranks
 runs the forward (float32, relative error <= 1e-5) and 3 AdamW steps with two parameter
-groups (float64, <= 1e-10; with DISTSDFG_GPT_TRAIN=1), once as one process on rank 0, once
-data-parallel, once data-parallel in distributed placement (weights and optimizer state stay
-on the ranks between steps) and once ZeRO-1 in distributed placement (DDP's bytes). Lowering
-runs on rank 0 and is sent to the other ranks.
+groups (float64, weights, losses and both Adam moments <= 1e-10; issue 24 asks 1e-4).
+
+Acceptance items of issue 24 run by default: forward and training step as one process
+(``forward:one``, ``train:one``: 1 rank) and on 4 ranks, forward batch-split
+(``forward:data``) and the training step data-parallel in distributed placement with
+the AdamW update split by rows (``train:zero:distributed``, ZeRO-1: every rank passes
+and keeps only its blocks of the weights and Adam moments across the three steps, which
+are assembled on rank 0 only after the third; DDP's bytes within 1.15x). With
+DISTSDFG_GPT_TRAIN=1 also the data-parallel step in root placement (``train:data``) and
+in distributed placement with the update unsplit (``train:data:distributed``: the update
+runs on rank 0 within each call). The step is traced and parsed once for all its cases
+and lowered on rank 0 alone (sent to the other ranks); the one-process build runs on
+rank 1 while rank 0 lowers.
 """
 import json
 import os
@@ -72,11 +81,16 @@ def test_random_dropout_in_training_step_is_refused():
 
 # -- mpiexec tier ---------------------------------------------------------------------------------
 
-# The training cases parse, lower and compile a ~400-kernel program on every rank (about 25
-# minutes of this loaded 2-core machine for the launch): opt-in until the parse is faster.
+# By default the launch covers every acceptance item of issue 24 once: forward and 3 AdamW steps as
+# one process (`:one`) and on 4 ranks data-parallel in distributed placement with the update split
+# (`train:zero:distributed`: weights and Adam moments stay on the ranks between steps, DDP's bytes).
+# The training step is traced once and parsed once for all its cases (gpt_run.py), and the
+# one-process build overlaps rank 0's lowering. DISTSDFG_GPT_TRAIN=1 adds the data-parallel step
+# in root placement and in distributed placement with the update left unsplit (one more lowering
+# and build each).
 TRAIN = os.environ.get("DISTSDFG_GPT_TRAIN") == "1"
-CASES = ["forward:one", "forward:data"] + (["train:one", "train:data", "train:data:distributed",
-                                            "train:zero:distributed"] if TRAIN else [])
+CASES = (["forward:one", "forward:data", "train:one", "train:zero:distributed"]
+         + (["train:data", "train:data:distributed"] if TRAIN else []))
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +98,9 @@ def gpt_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpt") / "results.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0",
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = counted_argv(4, [os.path.join(HERE, "gpt_run.py"), str(out), *CASES], timeout=1700)
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    limit = 3000 if TRAIN else 1700
+    cmd = counted_argv(4, [os.path.join(HERE, "gpt_run.py"), str(out), *CASES], timeout=limit)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit + 100)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {r["case"]: r for r in json.loads(out.read_text())}
 
@@ -96,8 +111,9 @@ def test_gpt_matches_pytorch(gpt_results, case):
     assert "error" not in r, r.get("trace")
     train = case.startswith("train")
     assert r["rel_err"] <= (1e-10 if train else 1e-5)
-    if train:
+    if train:   # weights, losses and both Adam moments
         assert r["loss_err"] <= 1e-10 and r["losses"][2] < r["losses"][0] and r["missing"] == []
+        assert r["state_err"] <= 1e-10
     if ":one" not in case:
         assert r["schedule"] and any(g[0] == 4 for g in r["schedule"].values()), r["schedule"]
         assert len(r["bytes"]) == (3 if train else 1)
@@ -105,8 +121,9 @@ def test_gpt_matches_pytorch(gpt_results, case):
             assert bytes_mismatch({"bytes": b}) is None, bytes_mismatch({"bytes": b})
     if case.endswith(":distributed"):
         # weights and both Adam moments kept on their owners between calls, their blocks checked after
-        # the third; the ~1,200 per-rank symbols reach the program packed in one array
-        assert r["state_err"] <= 1e-10 and "transformer_wte_weight" in r["placed"] and r["packed"] > 1024
+        # the third; the per-rank symbols (356 under ZeRO-1 on 4 ranks, 1,333 before) reach the
+        # program packed in one array (above 256 of them, dace_compat/pack.py)
+        assert "transformer_wte_weight" in r["placed"] and r["packed"] > 256
     if case == "train:zero:distributed":
         # ZeRO-1 (torch_training.zero_shardings): DDP's all-reduce volume, 2 (P-1) x the parameters'
         # bytes, plus the loss's sums and what is not yet DDP's (the tied embedding's second gradient

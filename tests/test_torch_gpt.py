@@ -13,7 +13,7 @@ Acceptance items of issue 24 run by default: forward and training step as one pr
 (``forward:data``) and the training step data-parallel in distributed placement with
 the AdamW update split by rows (``train:zero:distributed``, ZeRO-1: every rank passes
 and keeps only its blocks of the weights and Adam moments across the three steps, which
-are assembled on rank 0 only after the third; DDP's bytes within 1.15x). With
+are assembled on rank 0 only after the third; DDP's bytes within 1.06x). With
 DISTSDFG_GPT_TRAIN=1 also the data-parallel step in root placement (``train:data``) and
 in distributed placement with the update unsplit (``train:data:distributed``: the update
 runs on rank 0 within each call). The step is traced and parsed once for all its cases

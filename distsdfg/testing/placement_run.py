@@ -127,33 +127,20 @@ def run_case(case: str, comm, tag: int) -> dict:
         elif rank == 0:
             rec["rel_err"][a] = rec["assembled_err"][a] = _rel(got, want)
     if case.startswith("matmul:2,2,1") and placement == "distributed":
-        rec["bad_block"] = _bad_block(prog, args, sizes, rank, comm)
+        rec["bad_block"] = _refused(prog, args, sizes, rank, comm, 2, "A", np.ascontiguousarray(args["A"][:-1]))
     if name == "sgd_lr":
-        rec["bad_replica"] = _bad_replica(prog, args, sizes, rank, comm)
+        rec["bad_replica"] = _refused(prog, args, sizes, rank, comm, 3, "lr", args["lr"] * 2.0)
     return rec
 
 
-def _bad_block(prog, args, sizes, rank, comm) -> list:
-    """Rank 2 passes a block one row short: every rank must refuse the call with the same error."""
+def _refused(prog, args, sizes, rank, comm, on: int, name: str, value) -> list:
+    """Rank ``on`` passes ``value`` as argument ``name``: every rank's message (every rank must
+    refuse the call with the same error). Rank 2's block of A one row short; rank 3's learning
+    rate another value (each rank's kernels would read their own copy: diverging replicas)."""
     from distsdfg import InputError
     bad = dict(args)
-    if rank == 2:
-        bad["A"] = np.ascontiguousarray(args["A"][:-1])
-    try:
-        prog(**bad, **sizes)
-        msg = "no error"
-    except InputError as exc:
-        msg = str(exc)
-    return comm.gather(msg)
-
-
-def _bad_replica(prog, args, sizes, rank, comm) -> list:
-    """Rank 3 passes another learning rate: every rank must refuse the call with the same error
-    (each rank's kernels would read their own copy and the replicas would diverge)."""
-    from distsdfg import InputError
-    bad = dict(args)
-    if rank == 3:
-        bad["lr"] = args["lr"] * 2.0
+    if rank == on:
+        bad[name] = value
     try:
         prog(**bad, **sizes)
         msg = "no error"

@@ -80,9 +80,8 @@ def launch(folder, nprocs: int, target: str = "gpu") -> list:
     import subprocess
 
     from ..launch.mpiexec import mpiexec_argv
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    from .mpirun import checkout_env
+    env = checkout_env()
     out = os.path.join(str(folder), "args.json")
     argv = mpiexec_argv(nprocs, ["-m", "distsdfg.testing.gpu_args", out] + ([target] if target != "gpu" else []),
                         timeout=900)

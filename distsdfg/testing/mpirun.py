@@ -230,6 +230,17 @@ def counted_argv(nprocs: int, script, timeout: float):
     return mpiexec_argv(nprocs, script, timeout=timeout, genv=pmpi.mpiexec_env())
 
 
+def checkout_env(**extra) -> Dict[str, str]:
+    """The environment of a local launch that imports this checkout of distsdfg and finds the
+    interpreter's MPI (``mpiexec`` beside ``python``): one thread per rank, plus ``extra``."""
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               **extra)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
 def launch_cases(nprocs: int, cases, folder, *, module: str = "distsdfg.testing.mpirun", options=(),
                  timeout: float = 1500, out_name: str = "out.json") -> Dict[str, dict]:
     """Runs ``python -m MODULE [OPTIONS] OUT.json CASES...`` on ``nprocs`` ranks with the byte counter
@@ -237,11 +248,8 @@ def launch_cases(nprocs: int, cases, folder, *, module: str = "distsdfg.testing.
     the results by case. Raises RuntimeError with the end of the job's output if the job fails."""
     import os
     import subprocess
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = os.path.join(str(folder), out_name)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0",
-               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env = checkout_env(PYTHONHASHSEED="0")
     argv = counted_argv(nprocs, ["-m", module, *options, out] + list(cases), timeout=timeout)
     proc = subprocess.run(argv, env=env, cwd=str(folder), capture_output=True, text=True)
     if proc.returncode != 0:

@@ -235,19 +235,12 @@ def test_accumulations_split_by_the_parallel_parameter_drop_atomics():
     assert all(flags["b"]) and not any(flags["k"])
 
 
-def _without_guids(obj):
-    if isinstance(obj, dict):
-        return {k: _without_guids(v) for k, v in obj.items() if k != "guid"}
-    if isinstance(obj, list):
-        return [_without_guids(v) for v in obj]
-    return obj
-
-
 @pytest.mark.parametrize("prog,schedule", [("greatcircle", {"*": (4,)}), ("mlp", {"*": (2, 1)})])
 def test_rename_symbols_gives_what_replace_dict_gives(prog, schedule):
     import copy
     import json
 
+    from distsdfg.dace_compat.expansions import without_ids
     from distsdfg.dace_compat.rename import rename_symbols
     plain = _lowered(prog, schedule, False)
     first = {}
@@ -259,5 +252,5 @@ def test_rename_symbols_gives_what_replace_dict_gives(prog, schedule):
     theirs, ours = copy.deepcopy(plain), copy.deepcopy(plain)
     theirs.replace_dict(mapping)
     rename_symbols(ours, mapping)
-    dump = lambda sd: json.dumps(_without_guids(sd.to_json()), sort_keys=True, default=str)  # noqa: E731
+    dump = lambda sd: json.dumps(without_ids(sd.to_json()), sort_keys=True, default=str)  # noqa: E731
     assert dump(ours) == dump(theirs) != dump(plain)

@@ -19,17 +19,18 @@ from dace import data as dt
 from dace import serialize
 from dace.sdfg import SDFG, SDFGState, nodes
 
-__all__ = ["standalone_expansion", "force_pure_expansion", "repair_init_accumulate_races"]
+__all__ = ["standalone_expansion", "without_ids", "force_pure_expansion", "repair_init_accumulate_races"]
 
 _KEPT = 2048
 _cache: "collections.OrderedDict[str, SDFG]" = collections.OrderedDict()
 
 
-def _without_ids(obj):
+def without_ids(obj):
+    """A JSON value of DaCe elements without their ``guid``s (which differ between equal copies)."""
     if isinstance(obj, dict):
-        return {k: _without_ids(v) for k, v in obj.items() if k != "guid"}
+        return {k: without_ids(v) for k, v in obj.items() if k != "guid"}
     if isinstance(obj, list):
-        return [_without_ids(v) for v in obj]
+        return [without_ids(v) for v in obj]
     return obj
 
 
@@ -45,7 +46,7 @@ def expansion_key(sdfg: SDFG, state: SDFGState, node: nodes.LibraryNode) -> str:
             edges.append(("out", e.src_conn, e.data.to_json()))
             names.append(e.data.data)
     descs = {n: (type(sdfg.arrays[n]).__name__, sdfg.arrays[n].to_json()) for n in names}
-    return json.dumps(_without_ids([type(node).__module__, type(node).__name__, node.label,
+    return json.dumps(without_ids([type(node).__module__, type(node).__name__, node.label,
                                     serialize.all_properties_to_json(node), edges, descs,
                                     {k: str(v) for k, v in sdfg.symbols.items()}]), sort_keys=True, default=str)
 

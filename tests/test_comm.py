@@ -137,3 +137,49 @@ def test_bytes_per_rank_match_comm_report(records):
 def test_a_smaller_communicator_is_refused(records):
     (r,) = _of(records, "size")
     assert r["refused"] and "needs 2 ranks but the communicator has 1" in r["refused"]
+
+
+def test_persistent_buffers_keep_the_call_within_ctypes_arguments(monkeypatch):
+    """A persistent buffer's per-rank shape symbols are arguments of the program's initialisation
+    and cannot be packed (dace_compat.pack): the buffers persisted use at most the packing
+    threshold's worth of them, fewest first; the rest are allocated per call (a GPT training step
+    in distributed placement had 1,099 initialisation arguments, over ctypes' 1,024)."""
+    import dace
+    from dace import dtypes
+
+    from distsdfg.dace_compat.pack import symbols_to_pack
+    from distsdfg.lowering.buffers import persist_step_buffers
+    monkeypatch.setenv("DISTSDFG_PACK_SYMBOLS_ABOVE", "4")
+    sdfg = dace.SDFG("many_blocks")
+    state = sdfg.add_state()
+    shapes = {"__dsdfg_fixed": (8,), "__dsdfg_one": ("__dsdfg_h0_s0",),
+              "__dsdfg_two": ("__dsdfg_h1_s0", "__dsdfg_h1_s1"),
+              "__dsdfg_three": ("__dsdfg_h2_s0", "__dsdfg_h2_s1", "__dsdfg_h2_s2")}
+    for name, shape in shapes.items():
+        for s in shape:
+            if isinstance(s, str):
+                sdfg.add_symbol(s, dace.int64)
+        sdfg.add_transient(name, shape, dace.float64)
+        sdfg.add_array(name[len("__dsdfg_"):], shape, dace.float64)
+        state.add_nedge(state.add_read(name), state.add_write(name[len("__dsdfg_"):]),
+                        dace.Memlet.from_array(name, sdfg.arrays[name]))
+    assert persist_step_buffers(sdfg) == 3
+    lifetime = {n: sdfg.arrays[n].lifetime == dtypes.AllocationLifetime.Persistent for n in shapes}
+    assert lifetime == {"__dsdfg_fixed": True, "__dsdfg_one": True, "__dsdfg_two": True, "__dsdfg_three": False}
+    assert symbols_to_pack(sdfg) == ["__dsdfg_h2_s0", "__dsdfg_h2_s1", "__dsdfg_h2_s2"]
+
+
+def test_a_call_over_ctypes_arguments_is_refused_before_compiling():
+    """More than 1,024 arguments even after packing: a named refusal, not ctypes' ArgumentError
+    after the C++ compile."""
+    import dace
+
+    from distsdfg.dace_compat.pack import pack_symbols
+    from distsdfg.errors import UnsupportedProgramError
+    sdfg = dace.SDFG("wide_call")
+    state = sdfg.add_state()
+    for i in range(1030):
+        sdfg.add_array(f"w{i}", (4,), dace.float64)
+        state.add_nedge(state.add_read(f"w{i}"), state.add_write(f"w{i}"), dace.Memlet(f"w{i}[0:4]"))
+    with pytest.raises(UnsupportedProgramError, match="1030 arguments .*1030 arrays"):
+        pack_symbols(sdfg)

@@ -30,6 +30,8 @@ from dace import data as dt
 from dace import dtypes
 from dace.sdfg import SDFG
 
+from ..errors import UnsupportedProgramError
+
 __all__ = ["PACKED", "pack_symbols", "packed_names", "packing", "threshold", "symbols_to_pack"]
 
 #: The wrapper's argument that holds the packed per-rank symbols.
@@ -71,13 +73,15 @@ def pack_symbols(program: SDFG, keep=(), limit: Optional[int] = None) -> SDFG:
     limit = threshold() if limit is None else limit
     free = {str(s) for s in program.free_symbols}
     names = symbols_to_pack(program, free, keep)
-    if len(names) <= limit:
+    args = {n: d for n, d in program.arrays.items() if not d.transient}
+    wrapped = len(names) > limit
+    _check_arguments(program.name, len(args) + len(free) - (len(names) - 1 if wrapped else 0), len(args))
+    if not wrapped:
         return program
     outer = SDFG(program.name)
     outer.build_folder = program.build_folder
     for s in sorted(free):
         outer.add_symbol(s, program.symbols[s])
-    args = {n: d for n, d in program.arrays.items() if not d.transient}
     for n, d in args.items():
         outer.add_datadesc(n, d.clone())
     outer.add_array(PACKED, [len(names)], dace.int64)
@@ -94,6 +98,20 @@ def pack_symbols(program: SDFG, keep=(), limit: Optional[int] = None) -> SDFG:
     for n in sorted(outs):
         body.add_edge(node, n, body.add_write(n), None, dace.Memlet.from_array(n, outer.arrays[n]))
     return outer
+
+
+#: ctypes refuses a call with more arguments than this.
+CTYPES_LIMIT = 1024
+
+
+def _check_arguments(name: str, count: int, arrays: int) -> None:
+    """Refuse, before the C++ compile, a program whose call would pass more than ctypes takes."""
+    if count > CTYPES_LIMIT:
+        raise UnsupportedProgramError(
+            f"program {name!r} would be called with {count} arguments ({arrays} arrays, "
+            f"{count - arrays} symbols), more than ctypes' {CTYPES_LIMIT}: pass fewer arrays "
+            f"(e.g. stack parameters into one array) or lower $DISTSDFG_PACK_SYMBOLS_ABOVE "
+            f"(now {threshold()}) so that more per-rank symbols are packed")
 
 
 def packing(sdfg: SDFG, keep=()):

@@ -11,6 +11,13 @@ every buffer on every call (the element-wise chain at n = 4M on 2 ranks: 11,700 
 and kept; the runtime initialises the program anew when the sizes it depends on change
 (``runtime.program``, ``_reinitialise_if_sizes_changed``). The cost: the buffers stay
 allocated between calls (one call's peak of local blocks).
+
+The initialisation takes every symbol a persistent buffer's shape uses as an argument of its
+own, so those per-rank symbols (block shapes ``__dsdfg_h<i>_s<d>``) cannot be packed into one
+array (``dace_compat.pack``). A program whose buffers would together use more of them than the
+packing threshold persists only the buffers that fit within it, fewest new symbols first; the
+others are allocated per call, so the call stays within ctypes' 1,024 arguments (a GPT training
+step in distributed placement has over a thousand such symbols).
 """
 from __future__ import annotations
 
@@ -18,6 +25,7 @@ from dace import data as dt
 from dace import dtypes
 from dace.sdfg import SDFG
 
+from ..dace_compat.pack import threshold
 from ..mpi import DistributedMemlet
 
 __all__ = ["persist", "persist_step_buffers", "program_symbols"]
@@ -60,10 +68,19 @@ def persist_step_buffers(sdfg: SDFG) -> int:
                 for e in state.all_edges(node):
                     if not e.data.is_empty() and e.data.data in sdfg.arrays:
                         names.add(e.data.data)
-    count, known = 0, program_symbols(sdfg)
+    known = program_symbols(sdfg)
+    candidates = []
     for name in sorted(names):
         desc = sdfg.arrays[name]
         if (isinstance(desc, dt.Array) and not isinstance(desc, dt.View) and desc.transient
-                and desc.storage in _HOST and desc.lifetime == dtypes.AllocationLifetime.Scope):
-            count += persist(sdfg, desc, known)
+                and desc.storage in _HOST and desc.lifetime == dtypes.AllocationLifetime.Scope
+                and {str(s) for s in desc.free_symbols} <= known):
+            candidates.append((name, desc, {str(s) for s in desc.free_symbols if str(s).startswith(LOCAL_PREFIX)}))
+    # Within the budget of per-rank symbols: buffers needing the fewest first, then by name.
+    budget, used, count = threshold(), set(), 0
+    for name, desc, rank_syms in sorted(candidates, key=lambda c: (len(c[2]), c[0])):
+        if len(used | rank_syms) > budget:
+            continue
+        used |= rank_syms
+        count += persist(sdfg, desc, known)
     return count

@@ -64,7 +64,8 @@ class MachineRewriter(HomePlanning, BoundarySteps, ReplicatedKernels, Rewriter):
         self.alias_written: Set[Tuple[int, str]] = set()
         self.alias_read: Set[str] = set()
         self.reading_for: Optional[nodes.Node] = None     # the kernel whose inputs are being read
-        self.replicated_kernels, self.replicated_homes, self.most = set(), set(), 1    # (replicate.py)
+        self.replicated_kernels, self.partial_kernels, self.replicated_homes, self.most = set(), set(), set(), 1
+        self.following, self.carried_stale = None, set()       # (replicate.py: partial sums carried)
 
     # -- layouts ------------------------------------------------------------------------------
     def kernel_layout(self, kp: KernelPlan, buffer: str, boxes, home: str) -> Layout:
@@ -241,14 +242,15 @@ class MachineRewriter(HomePlanning, BoundarySteps, ReplicatedKernels, Rewriter):
             home = self.home_holding(x, state)
             if carried and x in self.carried_whole:
                 home = dataclasses.replace(home, whole=self.carried_whole[x])
-            self.data[x] = ArrayState([home] + carried.get(x, []),
+            stale = into and x in self.carried_stale      # partial sums left for this state to sum
+            self.data[x] = ArrayState(([] if stale else [home]) + carried.get(x, []),
                                       root_valid=x not in self.written and x not in self.placed)
         for x in self.repl:
             self.data[x] = ArrayState([self.repl_holding(x, state)], root_valid=True, all_valid=True)
 
-    def carries_into(self, state: SDFGState, trips) -> bool:
-        """``state`` runs once, right after the state lowered before it and only after it."""
-        prev = getattr(self, "previous", None)
+    def carries_into(self, state: SDFGState, trips, prev=None) -> bool:
+        """``state`` runs once, right after the state lowered before it (``prev``) and only after it."""
+        prev = getattr(self, "previous", None) if prev is None else prev
         if (prev is None or state.parent_graph is not prev.parent_graph or trips.get(state, ("1", False))[0] != "1"
                 or trips.get(prev, ("1", False))[0] != "1"):
             return False
@@ -258,17 +260,18 @@ class MachineRewriter(HomePlanning, BoundarySteps, ReplicatedKernels, Rewriter):
                 and not ins[0].data.assignments and ins[0].data.is_unconditional())
 
     def carry(self, state: SDFGState):
-        """The valid copies of each home array other than its home (read copies, not partial sums),
-        for the next state (``begin_state``)."""
+        """The valid copies of each home array other than its home (read copies; partial sums only where
+        the home was left unsummed, ``replicate.deferred``), for the next state (``begin_state``)."""
         self.previous, self.carried_all = state, self.valid_on_all_ranks()
-        self.carried = {x: [h for h in self.data[x].holdings if h.kind != "home" and not h.partial]
+        stale = self.carried_stale = {x for x in self.homes if self.deferred(x)}
+        self.carried = {x: [h for h in self.data[x].holdings if h.kind != "home" and (x in stale or not h.partial)]
                         for x in self.homes if x in self.data}
         # Home buffers whose ghost cells hold the whole array stay so: the buffer persists.
         self.carried_whole = {x: h.whole for x in self.homes if x in self.data
                               for h in self.data[x].holdings if h.kind == "home" and h.whole}
 
     def end_state(self, state: SDFGState):
-        for x in self.homes:
+        for x in [x for x in self.homes if not self.deferred(x) and not self.dead_after(x, state)]:  # replicate.py
             self.sync_home(x, state)
         for x in [x for x in sorted(self.repl) if not self.data[x].all_valid]:
             self.replicate(x, state)
@@ -283,11 +286,14 @@ class MachineRewriter(HomePlanning, BoundarySteps, ReplicatedKernels, Rewriter):
         trips = loop_trips(self.sdfg)
         self.most = max((kp.nranks for kp in plans.values()), default=1)     # ranks of the widest grid
         self.classify(states, events, trips)
+        self.note_last_uses(states, events, trips)
         self.previous, self.carried, self.carried_whole, self.carried_all = None, {}, {}, set()
-        for st in states:
+        for i, st in enumerate(states):
             self.begin_state(st, trips)
             self.future = list(events[st])
             self.drain()
+            nxt = states[i + 1] if i + 1 < len(states) else None
+            self.following = nxt if nxt is not None and self.carries_into(nxt, trips, st) else None
             self.end_state(st)
             self.carry(st)
         self.enter_and_exit()

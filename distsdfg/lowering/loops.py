@@ -15,7 +15,7 @@ keeps one fixed arrangement per array:
   rank at every boundary: a kernel's partial sums become an ``Allreduce``, so that tasklets
   and loop conditions compute the same values and take the same branches on all ranks.
 * everything else keeps rank 0's copy valid (the thesis' root path), and arrays that live in
-  one state only are never gathered. Unsplit map kernels whose inputs every rank holds run on
+  one state only are never gathered. Unsplit kernels whose inputs every rank holds run on
   every rank instead of rank 0 (``replicate.ReplicatedKernels``).
 
 Every communication step records its state's trip count (``StepSpec.repeats``), so that

@@ -98,9 +98,8 @@ class ReplicatedKernels:
             n *= g
         syms = {str(s) for s, g in zip(h.rank_syms, h.grid) if g > 1}
         shape = self.sdfg.arrays[x].shape
-        return n >= self.most and any(
-            box_covers(box, shape) and not syms & {str(f) for se in box for e in se for f in sympy.sympify(e).free_symbols}
-            for box in h.boxes)
+        used = [{str(f) for se in box for e in se for f in sympy.sympify(e).free_symbols} for box in h.boxes]
+        return n >= self.most and any(box_covers(box, shape) and not syms & u for box, u in zip(h.boxes, used))
 
     def everywhere(self, x: str) -> Optional[bool]:
         """Whether every rank holds ``x``'s current value whole (None: partial sums)."""

@@ -353,6 +353,35 @@ def test_tied_weight_fetched_once(tmp_path):
     assert total - loss == 2 * 3 * r["params"] + 3 * table, (total, loss, r["params"])
 
 
+def test_replicated_position_and_mask_kernels(tmp_path):
+    """GPT's input side under ZeRO-1 in distributed placement, 4 ranks, exactly DDP's bytes: the
+    positions (``arange``), their embedding lookup and the causal mask's kernels read nothing split,
+    so they run on every rank (lowering/replicate.py) instead of on rank 0 with their results sent
+    (the mask buffer is passed whole by every rank and nothing of it moves; the position table is
+    gathered once like every ZeRO-1 parameter); the position gradient's batch sum stays partial
+    sums through the kernels linear in it (the mask's ``where``, the lookup's backward product), which
+    every rank runs on its own, and is reduce-scattered once, into the update's rows."""
+    case = "causal:train-sgd:zero2:distributed"
+    out = tmp_path / "causal.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
+    cmd = counted_argv(4, ["-m", "distsdfg.testing.torch_run", str(out), case], timeout=900)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1000)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r, = json.loads(out.read_text())
+    assert "error" not in r, r.get("trace")
+    assert r["rel_err"] <= TOL and r["loss_err"] <= TOL and r["state_err"] <= TOL
+    for b in r["bytes"]:
+        assert bytes_mismatch({"bytes": b}) is None, bytes_mismatch({"bytes": b})
+    assert "mask" in r["placed"]
+    moved = {s["array"] for s in r["report"] if sum(s["sent"])}
+    assert not moved & {"mask", "v_arange", "v_eq", "v_embedding_1", "v_clamp", "v_where_6", "v_sum_10"}, moved
+    pos = [s["collective"] for s in r["report"] if s["array"] in ("pos_weight", "v_index_put_sum")]
+    assert pos == ["Isend/Irecv", "Reduce_scatter"], pos
+    loss = sum(sum(s["sent"]) for s in r["report"] if s["collective"] == "Allreduce" and sum(s["sent"]) <= 2 * 3 * 16)
+    total = sum(sum(s["sent"]) for s in r["report"])
+    assert total - loss == 2 * 3 * r["params"], (total, loss, r["params"])
+
+
 def test_index_inputs_are_checked():
     module = Layers()
     x, tok, cls, target = _inputs("Layers")

@@ -127,9 +127,8 @@ def test_gpt_matches_pytorch(gpt_results, case):
     if case == "train:zero:distributed":
         # ZeRO-1 (torch_training.zero_shardings): DDP's all-reduce volume, 2 (P-1) x the parameters'
         # bytes, plus the loss's sums and what is not yet DDP's (the tied embedding's second gradient
-        # contribution reduce-scattered on its own, the position lookup and the causal mask's small
-        # unsplit kernels on rank 0): 1,401,312 B against 1,328,640 (1.055x) when lowered for this
-        # case, docs/torch.md "hB"; 1.09x before the layer norm weights and the tied weight were
-        # fetched once
+        # contribution reduce-scattered on its own): 1,377,888 B against 1,328,640 (1.037x), docs/torch.md
+        # "hR" (the position lookup and the causal mask's kernels run on every rank); 1.055x before
+        # that, 1.09x before the layer norm weights and the tied weight were fetched once
         ddp = 2 * 3 * r["param_bytes"]
-        assert ddp <= r["report_bytes"] - r["loss_bytes"] <= 1.06 * ddp, (r["report_bytes"], r["loss_bytes"], ddp)
+        assert ddp <= r["report_bytes"] - r["loss_bytes"] <= 1.04 * ddp, (r["report_bytes"], r["loss_bytes"], ddp)

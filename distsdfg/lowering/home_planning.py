@@ -134,6 +134,8 @@ class HomePlanning:
             _, kp, arr, c = min(partial, key=rank)
             view = tuple(str(s) for s in self.sdfg.arrays[arr].shape) if arr != x else ()
             anchor = dataclasses.replace(self.kernel_layout(kp, buffer, [c.write], name), op=c.op, view_shape=view)
+        elif x in self.placed and x not in self.written and self.most > 1:
+            anchor = self.replicated_home_anchor(x, buffer, name)    # read only, by unsplit kernels
         else:     # no kernel's blocks to start from
             anchor = Layout(buffer, f"home of {x}", (1,), ("",), (), (), (), home=name)
         osyms, ssyms = self.buffer_symbols(name, len(desc.shape))

@@ -15,7 +15,8 @@ keeps one fixed arrangement per array:
   rank at every boundary: a kernel's partial sums become an ``Allreduce``, so that tasklets
   and loop conditions compute the same values and take the same branches on all ranks.
 * everything else keeps rank 0's copy valid (the thesis' root path), and arrays that live in
-  one state only are never gathered.
+  one state only are never gathered. Unsplit kernels whose inputs every rank holds run on
+  every rank instead of rank 0 (``replicate.ReplicatedKernels``).
 
 Every communication step records its state's trip count (``StepSpec.repeats``), so that
 ``comm_report`` gives per-run totals.
@@ -37,6 +38,7 @@ from ..errors import DistributedLoweringError
 from .lowered import ArrayState, Holding
 from .boundary import BoundarySteps
 from .home_planning import Home, HomePlanning
+from .replicate import ReplicatedKernels
 from .rewriter import Rewriter
 from ..analysis.controlflow import loop_trips
 from ..values.plan import ALL_HOME, ROOT_HOME, HomeSpec, Layout, StepSpec, axis_symbols, boxes_text
@@ -45,7 +47,7 @@ from ..values.exprs import box_covers
 __all__ = ["MachineRewriter", "loop_trips"]
 
 
-class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
+class MachineRewriter(HomePlanning, BoundarySteps, ReplicatedKernels, Rewriter):
     """``Rewriter`` for a state machine: per state, with homes and replicated arrays at boundaries."""
 
     def __init__(self, sdfg: SDFG, *, viewed: set, views: Dict[str, str], placed: Set[str] = frozenset()):
@@ -62,6 +64,8 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
         self.alias_written: Set[Tuple[int, str]] = set()
         self.alias_read: Set[str] = set()
         self.reading_for: Optional[nodes.Node] = None     # the kernel whose inputs are being read
+        self.replicated_kernels, self.partial_kernels, self.replicated_homes, self.most = set(), set(), set(), 1
+        self.following, self.carried_stale = None, set()       # (replicate.py: partial sums carried)
 
     # -- layouts ------------------------------------------------------------------------------
     def kernel_layout(self, kp: KernelPlan, buffer: str, boxes, home: str) -> Layout:
@@ -228,8 +232,9 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
     # -- per state ------------------------------------------------------------------------------
     def begin_state(self, state: SDFGState, trips):
         self.repeats = trips.get(state, ("1", False))
-        carried = self.carried if self.carries_into(state, trips) else {}
-        self.data, self.last, self.readers = {}, {}, {}
+        into = self.carries_into(state, trips)
+        carried = self.carried if into else {}
+        self.data, self.last, self.readers = self.everywhere_carried(into), {}, {}
         for x in self.homes:
             # Rank 0 holds the program's array whole only in root placement (until a state writes it).
             # Copies the state before read (a weight gathered for the forward) stay valid here when
@@ -237,14 +242,15 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
             home = self.home_holding(x, state)
             if carried and x in self.carried_whole:
                 home = dataclasses.replace(home, whole=self.carried_whole[x])
-            self.data[x] = ArrayState([home] + carried.get(x, []),
+            stale = into and x in self.carried_stale      # partial sums left for this state to sum
+            self.data[x] = ArrayState(([] if stale else [home]) + carried.get(x, []),
                                       root_valid=x not in self.written and x not in self.placed)
         for x in self.repl:
             self.data[x] = ArrayState([self.repl_holding(x, state)], root_valid=True, all_valid=True)
 
-    def carries_into(self, state: SDFGState, trips) -> bool:
-        """``state`` runs once, right after the state lowered before it and only after it."""
-        prev = getattr(self, "previous", None)
+    def carries_into(self, state: SDFGState, trips, prev=None) -> bool:
+        """``state`` runs once, right after the state lowered before it (``prev``) and only after it."""
+        prev = getattr(self, "previous", None) if prev is None else prev
         if (prev is None or state.parent_graph is not prev.parent_graph or trips.get(state, ("1", False))[0] != "1"
                 or trips.get(prev, ("1", False))[0] != "1"):
             return False
@@ -254,21 +260,21 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
                 and not ins[0].data.assignments and ins[0].data.is_unconditional())
 
     def carry(self, state: SDFGState):
-        """The valid copies of each home array other than its home (read copies, not partial sums),
-        for the next state (``begin_state``)."""
-        self.previous = state
-        self.carried = {x: [h for h in self.data[x].holdings if h.kind != "home" and not h.partial]
+        """The valid copies of each home array other than its home (read copies; partial sums only where
+        the home was left unsummed, ``replicate.deferred``), for the next state (``begin_state``)."""
+        self.previous, self.carried_all = state, self.valid_on_all_ranks()
+        stale = self.carried_stale = {x for x in self.homes if self.deferred(x)}
+        self.carried = {x: [h for h in self.data[x].holdings if h.kind != "home" and (x in stale or not h.partial)]
                         for x in self.homes if x in self.data}
         # Home buffers whose ghost cells hold the whole array stay so: the buffer persists.
         self.carried_whole = {x: h.whole for x in self.homes if x in self.data
                               for h in self.data[x].holdings if h.kind == "home" and h.whole}
 
     def end_state(self, state: SDFGState):
-        for x in self.homes:
+        for x in [x for x in self.homes if not self.deferred(x) and not self.dead_after(x, state)]:  # replicate.py
             self.sync_home(x, state)
-        for x in sorted(self.repl):
-            if not self.data[x].all_valid:
-                self.replicate(x, state)
+        for x in [x for x in sorted(self.repl) if not self.data[x].all_valid]:
+            self.replicate(x, state)
         for x in sorted(dc.interstate_reads(self.sdfg, state)):
             # A condition reads it: every rank must see rank 0's value, or ranks take other branches.
             if x in self.homes or (x not in self.repl and not self.valid_everywhere(x)):
@@ -278,13 +284,16 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
         states = [st for seg in segments for st in seg]
         events = {st: self.events([st], plans) for st in states}
         trips = loop_trips(self.sdfg)
-        self.classify(states, events, trips)
-        self.previous, self.carried, self.carried_whole = None, {}, {}
         self.most = max((kp.nranks for kp in plans.values()), default=1)     # ranks of the widest grid
-        for st in states:
+        self.classify(states, events, trips)
+        self.note_last_uses(states, events, trips)
+        self.previous, self.carried, self.carried_whole, self.carried_all = None, {}, {}, set()
+        for i, st in enumerate(states):
             self.begin_state(st, trips)
             self.future = list(events[st])
             self.drain()
+            nxt = states[i + 1] if i + 1 < len(states) else None
+            self.following = nxt if nxt is not None and self.carries_into(nxt, trips, st) else None
             self.end_state(st)
             self.carry(st)
         self.enter_and_exit()
@@ -297,8 +306,8 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
                 and (c.write is None or (not c.partial and c.write_exact)))
 
     def kernel_event(self, kp: KernelPlan):
-        state = kp.kernel.state
-        self.alias_read = set()
+        kp = self.replicated_plan(kp)       # on every rank, where its inputs are (replicate.py)
+        state, self.alias_read = kp.kernel.state, set()
         for arr, c in kp.arrays.items():
             x = self.root(arr)
             if c.write is None or x not in self.homes:
@@ -392,7 +401,7 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
             st.holdings, st.root_valid, st.all_valid = [], True, True
             return
         super().write_output(kp, arr, c, state, lw, dst_node)
-        st.all_valid = False
+        st.all_valid = st.root_valid and kp.kernel.index in self.replicated_kernels    # (replicate.py)
 
     def needs_gather(self, arr: str) -> bool:
         x = self.root(arr)
@@ -480,15 +489,6 @@ class MachineRewriter(HomePlanning, BoundarySteps, Rewriter):
             if x in self.repl and st.all_valid:
                 outs = [e.dst for e in state.out_edges(node) if isinstance(e.dst, nodes.AccessNode) and e.dst.data == x]
                 st.holdings = [self.repl_holding(x, state, outs[0] if outs else None)]
-
-    def valid_everywhere(self, x: str) -> bool:
-        desc = self.sdfg.arrays.get(x)
-        if desc is None:
-            return True
-        if isinstance(desc, dt.Scalar) and not desc.transient:
-            return True               # scalar arguments: every rank passes the same value
-        st = self.data.get(x)
-        return st is not None and st.all_valid
 
 
 def _through_views(state: SDFGState, node: nodes.AccessNode) -> nodes.AccessNode:

@@ -15,6 +15,7 @@ from ..analysis.constraints import ArrayConstraint, KernelPlan
 from ..errors import DistributedLoweringError
 from ..mpi import DistributedMemlet
 from .nested_strides import restride_into
+from .replicate import REPLICA_AXIS
 from ..values.plan import Layout, StepSpec, axis_symbols, boxes_text
 from .lowered import (COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS, ArrayState, Holding, KernelGrid,
                       Lowered, same_blocks)
@@ -468,7 +469,7 @@ class Rewriter:
 
     def kernel_event(self, kp: KernelPlan):
         for s, g in zip(kp.rank_syms, kp.grid):
-            if g > 1 and str(s) not in self.sdfg.symbols:
+            if g > 1 and str(s) not in self.sdfg.symbols and str(s) != REPLICA_AXIS:
                 self.sdfg.add_symbol(str(s), dace.int64)
         self.touched |= set(kp.arrays) | set(self.touches(kp))
         if kp.kernel.kind == "map":

@@ -11,7 +11,8 @@ parameters as the first operand that has a split dimension indexed by that param
 as the kernel's grid stays within ``nprocs`` ranks and a library node's reduction axes split
 evenly; its outputs then carry the kernel's split to later kernels (through reshape views
 too). A backward pass then lets a kernel that touches no split array compute its output the
-way its next reader reads it. Kernels reached by neither keep a grid of ones (rank 0). This is sharding
+way its next reader reads it (unless every rank would then read whole an input computed on rank
+0). Kernels reached by neither keep a grid of ones (rank 0). This is sharding
 propagation as GSPMD does it, but it yields a *work* schedule: the lowering still derives and
 solves every array's communication from it.
 """
@@ -154,15 +155,25 @@ def schedule_from_shardings(sdfg: SDFG, shardings: Mapping[str, Sequence[int]], 
         chosen[v.index] = grid
 
     # Backward: a kernel still on rank 0 whose output the next reader reads split (an optimizer
-    # update splitting a transposed gradient) computes that split itself instead.
+    # update splitting a transposed gradient) computes that split itself instead, unless every
+    # rank would then read whole an input that a kernel on rank 0 computes (a product contracting
+    # over it): that input would travel to every rank, where on one rank (or on every rank, where
+    # the lowering replicates the kernel: lowering/replicate.py) it is read in place.
+    producer = {root(o.array): u.index for u in g.vertices for o in u.outputs}
     demand: Dict[str, Tuple[Operand, Split]] = {}
     for v in reversed(g.vertices):
         grid = chosen[v.index]
         if all(w == 1 for w in grid.values()) and v.key not in fixed and v.label not in fixed:
+            trial = dict(grid)
             for o in v.outputs:
                 want = demand.get(root(o.array))
                 if want is not None and want[0].shape == o.shape:
-                    adopt(v, grid, o, want[1])
+                    adopt(v, trial, o, want[1])
+            whole_from_root = any(all(w == 1 for w in seen_by(v, trial, o)) and root(o.array) in producer
+                                  and all(w == 1 for w in chosen[producer[root(o.array)]].values())
+                                  and producer[root(o.array)] < v.index for o in v.inputs)
+            if not whole_from_root:
+                grid.update(trial)
         for o in v.outputs:
             demand.pop(root(o.array), None)
         for o in v.inputs:

@@ -85,10 +85,34 @@ def tied(seed=0, V=16, E=8):
     return Tied()
 
 
+def causal(seed=0, V=16, T=8, E=8):
+    """GPT's input side: token and position embeddings (``arange`` positions), a causal mask buffer
+    (``masked_fill`` of ``tril`` with ``-inf``) over one attention head, and a classifier head. The
+    positions, the lookup of their embedding and the mask's kernels read nothing split."""
+    torch = _torch()
+    nn = torch.nn
+    torch.manual_seed(seed)
+
+    class Causal(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.pos, self.ln = nn.Embedding(V, E), nn.Embedding(T, E), nn.LayerNorm(E)
+            self.head = nn.Linear(E, V)
+            self.register_buffer("mask", torch.tril(torch.ones(T, T)))
+
+        def forward(self, x):
+            S = x.shape[1]
+            h = self.ln(self.emb(x) + self.pos(torch.arange(S)))
+            att = (h @ h.transpose(-1, -2)).masked_fill(self.mask[:S, :S] == 0, float("-inf"))
+            return self.head(torch.softmax(att, dim=-1) @ h).mean(1)
+    return Causal()
+
+
 #: model -> (constructor, input shape, number of classes for training targets)
 MODELS = {"mlp": (mlp, (16, 32), 8), "block": (block, (4, 8, 32), None),
           "block1": (block, (1, 16, 32), None),          # one sequence: heads are the attention's batch
-          "tied": (tied, (8, 6), 16)}                    # token ids in, 16 classes
+          "tied": (tied, (8, 6), 16),                    # token ids in, 16 classes
+          "causal": (causal, (8, 8), 16)}
 
 #: sharding name -> {array: ways per dimension} for a 4-rank run
 SHARDINGS = {
@@ -133,7 +157,7 @@ def run_case(case: str, comm) -> dict:
     make, shape, classes = MODELS[model_name]
     model = make()
     gen = torch.Generator().manual_seed(1234)
-    x = (torch.randint(0, classes, shape, generator=gen) if model_name == "tied"    # token ids
+    x = (torch.randint(0, classes, shape, generator=gen) if model_name in ("tied", "causal")    # token ids
          else torch.randn(*shape, generator=gen))
     prefix = f"{mode.split('-')[1]}_" if mode != "forward" else "sgd_"    # the update kernels' names
     shardings = {(prefix + k[4:] if k.startswith("sgd_") else k): v for k, v in SHARDINGS[shard].items()}

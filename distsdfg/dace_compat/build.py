@@ -123,10 +123,12 @@ def mkl_link_library() -> List[str]:
 def generate_code(sdfg: SDFG, validate: bool = True, rename_if_loaded: bool = False, wrap=None):
     """(program, code objects): a copy of ``sdfg`` prepared as ``SDFG.compile`` prepares it (its build
     folder fixed, scope connectors filled; renamed ``name_0``, ... if ``rename_if_loaded`` and a library of
-    its name is loaded in this process) and the code DaCe generates for it. ``wrap``: a function that
+    its name is loaded in this process) and the code DaCe generates for it (in ``codegen.fast_codegen``,
+which makes it no different and faster). ``wrap``: a function that
     takes the copy over and returns the SDFG to compile (``dace_compat.pack.pack_symbols``)."""
     import copy
     from dace.codegen import codegen
+    from .codegen import fast_codegen
     program = copy.deepcopy(sdfg)
     program.build_folder = sdfg.build_folder
     index = 0
@@ -136,7 +138,8 @@ def generate_code(sdfg: SDFG, validate: bool = True, rename_if_loaded: bool = Fa
     if wrap is not None:
         program = wrap(program)
     program.fill_scope_connectors()
-    return program, codegen.generate_code(program, validate=validate)
+    with fast_codegen():
+        return program, codegen.generate_code(program, validate=validate)
 
 
 def write_program_folder(sdfg: SDFG, code_objects, folder: str) -> None:
@@ -144,11 +147,19 @@ def write_program_folder(sdfg: SDFG, code_objects, folder: str) -> None:
     without its hash of the SDFG: DaCe hashes ``program.sdfg`` by deep-copying its JSON and
     serialising it again (a tenth of a large program's build); ``include/hash.h`` (read only by
     instrumentation reports) gets a hash of the generated code instead, which changes exactly when
-    the program does."""
+    the program does. ``program.sdfg`` is DaCe's JSON of the SDFG written without indentation
+    (``SDFG.save`` indents it, which makes Python's ``json`` encode it in Python rather than in C:
+    a few seconds for a large program), in ``codegen.fast_codegen``."""
     import hashlib
+    import json
+    from dace import serialize
     from dace.codegen import compiler
+    from .codegen import fast_codegen
     compiler.generate_program_folder(None, code_objects, folder)
-    sdfg.save(os.path.join(folder, "program.sdfg"), hash=False)
+    with fast_codegen():
+        text = json.dumps(sdfg.to_json(hash=False), default=serialize.to_json)
+    with open(os.path.join(folder, "program.sdfg"), "w") as f:
+        f.write(text)
     h = hashlib.sha256()
     for obj in code_objects:
         h.update(obj.name.encode())

@@ -22,7 +22,8 @@ from .build import (BUILD_TYPE, SEQ_REDUCE, ExpandReduceSequentialByValue, allow
                     ensure_mpi_on_path, fresh_return_arrays, from_json, generate_code, load_compiled,
                     mkl_link_library, mpi_bin_dir, order_return_arrays, reinitialise, release_build,
                     sequential_reduce, to_json, use_blas_implementation, use_openblas_environment,
-                    openblas_environment, write_program_folder)
+                    openblas_environment, write_program_folder,
+                    write_program_json)
 from .expansions import force_pure_expansion, repair_init_accumulate_races, standalone_expansion
 from .rename import rename_data
 
@@ -38,7 +39,7 @@ __all__ += ["BUILD_TYPE", "SEQ_REDUCE", "ExpandReduceSequentialByValue", "allow_
             "ensure_mpi_on_path", "fresh_return_arrays", "from_json", "generate_code", "load_compiled",
             "mkl_link_library", "mpi_bin_dir", "order_return_arrays", "reinitialise", "release_build", "rename_data",
             "sequential_reduce", "to_json", "use_blas_implementation",
-            "use_openblas_environment", "openblas_environment", "write_program_folder"]
+            "use_openblas_environment", "openblas_environment", "write_program_folder", "write_program_json"]
 
 int_ceil = symbolic.int_ceil
 Min = sympy.Min

@@ -142,24 +142,18 @@ which makes it no different and faster). ``wrap``: a function that
         return program, codegen.generate_code(program, validate=validate)
 
 
-def write_program_folder(sdfg: SDFG, code_objects, folder: str) -> None:
+def write_program_folder(sdfg: SDFG, code_objects, folder: str, with_sdfg: bool = True) -> None:
     """DaCe's ``generate_program_folder`` (the sources, file lists, configuration, ``program.sdfg``)
     without its hash of the SDFG: DaCe hashes ``program.sdfg`` by deep-copying its JSON and
     serialising it again (a tenth of a large program's build); ``include/hash.h`` (read only by
     instrumentation reports) gets a hash of the generated code instead, which changes exactly when
-    the program does. ``program.sdfg`` is DaCe's JSON of the SDFG written without indentation
-    (``SDFG.save`` indents it, which makes Python's ``json`` encode it in Python rather than in C:
-    a few seconds for a large program), in ``codegen.fast_codegen``."""
+    the program does. ``program.sdfg`` (``write_program_json``) is left out with ``with_sdfg=False``:
+    the C++ compile does not read it, so a caller may write it while the compiler runs."""
     import hashlib
-    import json
-    from dace import serialize
     from dace.codegen import compiler
-    from .codegen import fast_codegen
     compiler.generate_program_folder(None, code_objects, folder)
-    with fast_codegen():
-        text = json.dumps(sdfg.to_json(hash=False), default=serialize.to_json)
-    with open(os.path.join(folder, "program.sdfg"), "w") as f:
-        f.write(text)
+    if with_sdfg:
+        write_program_json(sdfg, folder)
     h = hashlib.sha256()
     for obj in code_objects:
         h.update(obj.name.encode())
@@ -170,6 +164,20 @@ def write_program_folder(sdfg: SDFG, code_objects, folder: str) -> None:
     if not compiler.identical_file_exists(path, contents):
         with open(path, "w") as f:
             f.write(contents)
+
+
+def write_program_json(sdfg: SDFG, folder: str) -> None:
+    """``program.sdfg``: DaCe's JSON of the SDFG written without indentation (``SDFG.save`` indents
+    it, which makes Python's ``json`` encode it in Python rather than in C: a few seconds for a
+    large program), in ``codegen.fast_codegen``. Loading the program reads it
+    (``load_compiled``), so do the other ranks."""
+    import json
+    from dace import serialize
+    from .codegen import fast_codegen
+    with fast_codegen():
+        text = json.dumps(sdfg.to_json(hash=False), default=serialize.to_json)
+    with open(os.path.join(folder, "program.sdfg"), "w") as f:
+        f.write(text)
 
 
 _private_copies = 0

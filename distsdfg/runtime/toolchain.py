@@ -357,15 +357,45 @@ def compile_direct(folder: str, name: str) -> Dict[str, object]:
 def build_program(sdfg, code_objects, folder: str) -> str:
     """Write the program folder for ``sdfg`` and its generated ``code_objects`` into ``folder`` and
     compile it, directly where possible, else through DaCe's CMake project. Returns how it was built."""
+    dc.write_program_folder(sdfg, code_objects, folder, with_sdfg=False)
+    # program.sdfg is for loading, not compiling: its JSON (seconds to tens of seconds for a
+    # training step) is written while the compiler runs, and is complete when this returns.
+    written = _in_background(dc.write_program_json, sdfg, folder)
+    try:
+        return _compile(sdfg.name, folder)
+    finally:
+        written()
+
+
+def _compile(name: str, folder: str) -> str:
     from dace.codegen import compiler
-    dc.write_program_folder(sdfg, code_objects, folder)
     if enabled():
         try:
-            info = compile_direct(folder, sdfg.name)
+            info = compile_direct(folder, name)
             return "direct" + (", precompiled header" if info["pch"] else "") + (
                 f", prebuilt host steps {info['host_steps']}" if info["host_steps"] else "")
         except (NotDirect, subprocess.CalledProcessError, OSError):
             pass
     dc.ensure_mpi_on_path()
-    compiler.configure_and_compile(folder, sdfg.name)
+    compiler.configure_and_compile(folder, name)
     return "cmake"
+
+
+def _in_background(fn, *args):
+    """Run ``fn(*args)`` in a thread; returns a function that waits for it and raises what it raised."""
+    import threading
+    failed = []
+
+    def run():
+        try:
+            fn(*args)
+        except BaseException as e:      # re-raised in the caller's thread
+            failed.append(e)
+    thread = threading.Thread(target=run, name="distsdfg-program-json", daemon=True)
+    thread.start()
+
+    def wait():
+        thread.join()
+        if failed:
+            raise failed[0]
+    return wait

@@ -328,32 +328,47 @@ def _check_distributed(r, case):
         assert {"fc1_weight__exp_avg", "fc1_weight__exp_avg_sq"} <= to_root, to_root
 
 
-def test_tied_weight_fetched_once(tmp_path):
+#: The 4-rank GPT-input cases below, run in one launch.
+TIED, CAUSAL = "tied:train-sgd:zero2:distributed", "causal:train-sgd:zero2:distributed"
+
+
+@pytest.fixture(scope="module")
+def gpt_input_side(tmp_path_factory):
+    """Both cases' results, checked against PyTorch and their measured bytes against comm_report."""
+    out = tmp_path_factory.mktemp("gpt_input") / "out.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
+    cmd = counted_argv(4, ["-m", "distsdfg.testing.torch_run", str(out), TIED, CAUSAL], timeout=1200)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = {r["case"]: r for r in json.loads(out.read_text())}
+    for r in results.values():
+        assert "error" not in r, r.get("trace")
+        assert r["rel_err"] <= TOL and r["loss_err"] <= TOL and r["state_err"] <= TOL
+        for b in r["bytes"]:
+            assert bytes_mismatch({"bytes": b}) is None, bytes_mismatch({"bytes": b})
+    return results
+
+
+def _beyond_loss(r) -> int:
+    """Bytes per call (comm_report) less the loss's sums (Allreduces of at most two float64s)."""
+    loss = sum(sum(s["sent"]) for s in r["report"] if s["collective"] == "Allreduce" and sum(s["sent"]) <= 2 * 3 * 16)
+    return sum(sum(s["sent"]) for s in r["report"]) - loss
+
+
+def test_tied_weight_fetched_once(gpt_input_side):
     """GPT's tied embedding under ZeRO-1 in distributed placement, 4 ranks: the lookup (a map kernel
     reading the whole table) fills every rank's home buffer of the weight, and the output head's
     products (library kernels) copy it from there: one gather of the weight per step, not two. The
     two gradient contributions (the lookup's and the head's partial sums) are still reduce-scattered
     one by one: DDP's bytes plus one more `Reduce_scatter` of the weight (docs/torch.md, "hB")."""
-    case = "tied:train-sgd:zero2:distributed"
-    out = tmp_path / "tied.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
-    cmd = counted_argv(4, ["-m", "distsdfg.testing.torch_run", str(out), case], timeout=900)
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1000)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    r, = json.loads(out.read_text())
-    assert "error" not in r, r.get("trace")
-    assert r["rel_err"] <= TOL and r["loss_err"] <= TOL and r["state_err"] <= TOL
-    for b in r["bytes"]:
-        assert bytes_mismatch({"bytes": b}) is None, bytes_mismatch({"bytes": b})
+    r = gpt_input_side[TIED]
     weight = [s for s in r["report"] if s["array"] == "emb_weight"]
     assert [s["collective"] for s in weight] == ["Isend/Irecv"], weight
-    loss = sum(sum(s["sent"]) for s in r["report"] if s["collective"] == "Allreduce" and sum(s["sent"]) <= 2 * 3 * 16)
-    total = sum(sum(s["sent"]) for s in r["report"])
     table = 16 * 8 * 4          # the (16, 8) float32 embedding weight
-    assert total - loss == 2 * 3 * r["params"] + 3 * table, (total, loss, r["params"])
+    assert _beyond_loss(r) == 2 * 3 * r["params"] + 3 * table, (_beyond_loss(r), r["params"])
 
 
-def test_replicated_position_and_mask_kernels(tmp_path):
+def test_replicated_position_and_mask_kernels(gpt_input_side):
     """GPT's input side under ZeRO-1 in distributed placement, 4 ranks, exactly DDP's bytes: the
     positions (``arange``), their embedding lookup and the causal mask's kernels read nothing split,
     so they run on every rank (lowering/replicate.py) instead of on rank 0 with their results sent
@@ -361,25 +376,13 @@ def test_replicated_position_and_mask_kernels(tmp_path):
     gathered once like every ZeRO-1 parameter); the position gradient's batch sum stays partial
     sums through the kernels linear in it (the mask's ``where``, the lookup's backward product), which
     every rank runs on its own, and is reduce-scattered once, into the update's rows."""
-    case = "causal:train-sgd:zero2:distributed"
-    out = tmp_path / "causal.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
-    cmd = counted_argv(4, ["-m", "distsdfg.testing.torch_run", str(out), case], timeout=900)
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1000)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    r, = json.loads(out.read_text())
-    assert "error" not in r, r.get("trace")
-    assert r["rel_err"] <= TOL and r["loss_err"] <= TOL and r["state_err"] <= TOL
-    for b in r["bytes"]:
-        assert bytes_mismatch({"bytes": b}) is None, bytes_mismatch({"bytes": b})
+    r = gpt_input_side[CAUSAL]
     assert "mask" in r["placed"]
     moved = {s["array"] for s in r["report"] if sum(s["sent"])}
     assert not moved & {"mask", "v_arange", "v_eq", "v_embedding_1", "v_clamp", "v_where_6", "v_sum_10"}, moved
     pos = [s["collective"] for s in r["report"] if s["array"] in ("pos_weight", "v_index_put_sum")]
     assert pos == ["Isend/Irecv", "Reduce_scatter"], pos
-    loss = sum(sum(s["sent"]) for s in r["report"] if s["collective"] == "Allreduce" and sum(s["sent"]) <= 2 * 3 * 16)
-    total = sum(sum(s["sent"]) for s in r["report"])
-    assert total - loss == 2 * 3 * r["params"], (total, loss, r["params"])
+    assert _beyond_loss(r) == 2 * 3 * r["params"], (_beyond_loss(r), r["params"])
 
 
 def test_index_inputs_are_checked():

@@ -52,3 +52,32 @@ def test_causal_model_moves_ddps_bytes():
     assert sum(sum(s.total_sent) for s in report) - loss == 2 * 3 * params
     mask = distsdfg.layout(sdfg, "mask", nprocs=4)        # read only, by unsplit kernels: whole on every rank
     assert mask.placement == "distributed" and mask.blocks == (((0, 8), (0, 8)),) * 4, mask.blocks
+
+
+
+def _map_kernel(code: str):
+    """The one map kernel of ``B[i] = code`` over A (N) and D (N), built with DaCe's API."""
+    import dace
+
+    from distsdfg.analysis.kernels import find_kernels
+    sdfg = dace.SDFG("linearity_" + str(abs(hash(code))))
+    for name in "ADB":
+        sdfg.add_array(name, ["N"], dace.float64)
+    state = sdfg.add_state()
+    state.add_mapped_tasklet("k", {"i": "0:N"}, {"_a": dace.Memlet("A[i]"), "_d": dace.Memlet("D[i]")},
+                             f"_b = {code}", {"_b": dace.Memlet("B[i]")}, external_edges=True)
+    (k,) = [k for k in find_kernels(sdfg) if k.kind == "map"]
+    return k
+
+
+@pytest.mark.parametrize("code, linear", [
+    ("_a * _d", True),            # linear in A with D fixed
+    ("_a + _d", False),           # on partial sums of A, D would be added once per rank
+    ("_a * _a", False),
+    ("math.exp(_a)", False),
+])
+def test_map_kernel_linearity_reads_the_tasklets_connectors(code, linear):
+    """``kernel_linear`` judges each tasklet by the connectors its map feeds it (it once saw none of
+    them and called every one-tasklet map linear: ``A + D`` run on partial sums of A, a wrong answer)."""
+    from distsdfg.analysis.linearity import kernel_linear
+    assert kernel_linear(_map_kernel(code), {"A"}) is linear

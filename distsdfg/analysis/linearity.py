@@ -118,8 +118,11 @@ def kernel_linear(kernel, arrays: Set[str]) -> bool:
             continue
         if not isinstance(n, nodes.Tasklet) or n.code.language.name != "Python":
             return False
-        lin = {e.dst_conn for e in inner.in_edges(n) if not e.data.is_empty() and e.data.data in arrays}
-        outs = {e.src_conn for e in inner.out_edges(n) if not e.data.is_empty()}
-        if any(e.data.wcr is not None for e in inner.out_edges(n)) or not tasklet_linear(n.code.as_string, lin, outs):
+        # The state's edges: the scope's subgraph leaves out those from the map entry and to its
+        # exit, and with them every input and output (every tasklet would pass as linear).
+        lin = {e.dst_conn for e in state.in_edges(n) if not e.data.is_empty() and e.data.data in arrays}
+        outs = {e.src_conn for e in state.out_edges(n) if not e.data.is_empty()}
+        if not lin or not outs or any(e.data.wcr is not None for e in state.out_edges(n)) \
+                or not tasklet_linear(n.code.as_string, lin, outs):
             return False
     return True

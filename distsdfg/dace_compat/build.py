@@ -124,8 +124,8 @@ def generate_code(sdfg: SDFG, validate: bool = True, rename_if_loaded: bool = Fa
     """(program, code objects): a copy of ``sdfg`` prepared as ``SDFG.compile`` prepares it (its build
     folder fixed, scope connectors filled; renamed ``name_0``, ... if ``rename_if_loaded`` and a library of
     its name is loaded in this process) and the code DaCe generates for it (in ``codegen.fast_codegen``,
-which makes it no different and faster). ``wrap``: a function that
-    takes the copy over and returns the SDFG to compile (``dace_compat.pack.pack_symbols``)."""
+    which makes it no different and faster). ``wrap``: a function that takes the copy over and
+    returns the SDFG to compile (``dace_compat.pack.pack_symbols``)."""
     import copy
     from dace.codegen import codegen
     from .codegen import fast_codegen
@@ -142,18 +142,16 @@ which makes it no different and faster). ``wrap``: a function that
         return program, codegen.generate_code(program, validate=validate)
 
 
-def write_program_folder(sdfg: SDFG, code_objects, folder: str, with_sdfg: bool = True) -> None:
-    """DaCe's ``generate_program_folder`` (the sources, file lists, configuration, ``program.sdfg``)
-    without its hash of the SDFG: DaCe hashes ``program.sdfg`` by deep-copying its JSON and
-    serialising it again (a tenth of a large program's build); ``include/hash.h`` (read only by
+def write_program_folder(sdfg: SDFG, code_objects, folder: str) -> None:
+    """DaCe's ``generate_program_folder`` (the sources, file lists, configuration) without
+    ``program.sdfg`` and its hash of the SDFG: DaCe hashes ``program.sdfg`` by deep-copying its
+    JSON and serialising it again (a tenth of a large program's build); ``include/hash.h`` (read only by
     instrumentation reports) gets a hash of the generated code instead, which changes exactly when
-    the program does. ``program.sdfg`` (``write_program_json``) is left out with ``with_sdfg=False``:
-    the C++ compile does not read it, so a caller may write it while the compiler runs."""
+    the program does. ``program.sdfg`` is ``write_program_json``'s: the C++ compile does not read
+    it, so the caller writes it while the compiler runs (``runtime.toolchain.build_program``)."""
     import hashlib
     from dace.codegen import compiler
     compiler.generate_program_folder(None, code_objects, folder)
-    if with_sdfg:
-        write_program_json(sdfg, folder)
     h = hashlib.sha256()
     for obj in code_objects:
         h.update(obj.name.encode())

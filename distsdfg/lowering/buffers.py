@@ -15,9 +15,9 @@ allocated between calls (one call's peak of local blocks).
 The initialisation takes every symbol a persistent buffer's shape uses as an argument of its
 own, so those per-rank symbols (block shapes ``__dsdfg_h<i>_s<d>``) cannot be packed into one
 array (``dace_compat.pack``). A program whose buffers would together use more of them than the
-packing threshold persists only the buffers that fit within it, fewest new symbols first; the
-others are allocated per call, so the call stays within ctypes' 1,024 arguments (a GPT training
-step in distributed placement has over a thousand such symbols).
+packing threshold persists only the buffers that fit within it, those with the fewest per-rank
+symbols first; the others are allocated per call, so the call stays within ctypes' 1,024
+arguments (a GPT training step in distributed placement has over a thousand such symbols).
 """
 from __future__ import annotations
 

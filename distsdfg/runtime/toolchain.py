@@ -357,7 +357,7 @@ def compile_direct(folder: str, name: str) -> Dict[str, object]:
 def build_program(sdfg, code_objects, folder: str) -> str:
     """Write the program folder for ``sdfg`` and its generated ``code_objects`` into ``folder`` and
     compile it, directly where possible, else through DaCe's CMake project. Returns how it was built."""
-    dc.write_program_folder(sdfg, code_objects, folder, with_sdfg=False)
+    dc.write_program_folder(sdfg, code_objects, folder)
     # program.sdfg is for loading, not compiling: its JSON (seconds to tens of seconds for a
     # training step) is written while the compiler runs, and is complete when this returns.
     written = _in_background(dc.write_program_json, sdfg, folder)

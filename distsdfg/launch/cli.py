@@ -132,9 +132,20 @@ def _env(threads_per_rank=None):
 
 
 def _launch(argv, timeout, threads_per_rank=None):
-    rc = subprocess.call(argv, env=_env(threads_per_rank))
-    if rc == 124:
-        print(f"distsdfg: the job exceeded --timeout {timeout}s and was stopped", file=sys.stderr)
+    """Run the job; on failure, repeat what the failing ranks recorded (their own stderr lines can
+    be lost when one rank's ``MPI_Abort`` ends the launcher)."""
+    import tempfile
+
+    from .runner import FAILURE_DIR, recorded_failures
+    with tempfile.TemporaryDirectory(prefix="distsdfg-job-") as folder:
+        env = _env(threads_per_rank)
+        env[FAILURE_DIR] = folder
+        rc = subprocess.call(argv, env=env)
+        if rc == 124:
+            print(f"distsdfg: the job exceeded --timeout {timeout}s and was stopped", file=sys.stderr)
+        if rc != 0:
+            for message in recorded_failures(folder):
+                print(f"distsdfg: the job stopped. {message[len('distsdfg: '):]}", file=sys.stderr)
     return rc
 
 

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["load_program", "parse_schedule", "random_inputs", "run_program"]
+__all__ = ["load_program", "parse_schedule", "random_inputs", "run_program", "record_failure", "recorded_failures"]
 
 
 def load_program(spec: str):
@@ -226,12 +226,44 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
     except SystemExit:
         raise
     except Exception as exc:
-        print(f"distsdfg: rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        message = f"distsdfg: rank {rank} failed: {type(exc).__name__}: {exc}"
+        print(message, file=sys.stderr, flush=True)
+        record_failure(rank, message)
         if verbose:
             traceback.print_exc()
         if comm.size > 1:
             comm.Abort(2)
         return 2
+
+
+FAILURE_DIR = "DISTSDFG_FAILURE_DIR"
+
+
+def record_failure(rank: int, message: str) -> None:
+    """Write a failing rank's message where the launching ``distsdfg`` command reads it back.
+
+    ``MPI_Abort`` may end the launcher before it forwards the rank's last stderr lines, so the
+    message printed just before could be lost; the file survives. No-op outside ``distsdfg run``.
+    """
+    folder = os.environ.get(FAILURE_DIR)
+    if not folder:
+        return
+    try:
+        with open(os.path.join(folder, f"rank{rank}.txt"), "w") as f:
+            f.write(message)
+    except OSError:
+        pass
+
+
+def recorded_failures(folder: str) -> List[str]:
+    """The messages failing ranks wrote under ``folder``, by rank."""
+    names = sorted((n for n in os.listdir(folder) if n.startswith("rank") and n.endswith(".txt")),
+                   key=lambda n: int(n[4:-4]))
+    out = []
+    for n in names:
+        with open(os.path.join(folder, n)) as f:
+            out.append(f.read().strip())
+    return out
 
 
 def _arguments(mod, sdfg, sizes: Dict[str, int], seed: int) -> Dict[str, object]:

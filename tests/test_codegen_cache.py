@@ -63,3 +63,31 @@ def test_nested_contexts_restore_the_originals():
         assert (_print_helpers.Printable.__str__, _state.SDFGState.symbols_defined_at) == inner
         assert inner != before
     assert (_print_helpers.Printable.__str__, _state.SDFGState.symbols_defined_at) == before
+
+
+def test_code_generation_validates_again_only_a_changed_sdfg(monkeypatch):
+    # The lowering validated the SDFG and recorded its structure; code generation validates again
+    # only if that structure changed since (a user's edit of the lowered SDFG).
+    from distsdfg import dace_compat as dc
+    from distsdfg.runtime import program as runtime
+    sdfg = _lowered("mlp", {"*": (2, 1)}, "root")
+    assert sdfg._distsdfg.validated == dc.structure_fingerprint(sdfg)
+    seen = []
+    monkeypatch.setattr(dc, "generate_code", lambda sd, validate=True, **kw: seen.append(validate) or (None, []))
+    monkeypatch.setattr(runtime, "build_key", lambda *a: "key")
+    monkeypatch.setattr(runtime, "_cached", lambda *a: True)
+    monkeypatch.setattr(dc, "load_compiled", lambda *a: None)
+    runtime._build(sdfg, False, False, 0.0)
+    sdfg.add_state("edited")
+    assert sdfg._distsdfg.validated != dc.structure_fingerprint(sdfg)
+    runtime._build(sdfg, False, False, 0.0)
+    assert seen == [False, True]
+
+
+def test_generated_program_keeps_no_transformation_history():
+    # DaCe records each expansion of code generation, and the first record deep-copies the whole
+    # SDFG (which program.sdfg would serialise): generate_code turns the record off.
+    from distsdfg import dace_compat as dc
+    sdfg = _lowered("mlp", {"*": (2, 1)}, "root")
+    program, objects = dc.generate_code(sdfg, validate=False)
+    assert objects and program.orig_sdfg is None and not program.transformation_hist

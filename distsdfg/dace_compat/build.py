@@ -120,12 +120,32 @@ def mkl_link_library() -> List[str]:
     return list(blas_library().IntelMKL.cmake_libraries())
 
 
+def structure_fingerprint(sdfg: SDFG) -> str:
+    """A cheap digest of an SDFG's structure (per SDFG in its hierarchy: name, descriptors, symbols,
+    states, nodes and edges), taken when it was validated: code generation validates again only if
+    the SDFG changed since (``generate_code``'s ``validate``). Milliseconds on a GPT training step,
+    whose DaCe validation takes seconds."""
+    import hashlib
+    parts = []
+    for sd in sdfg.all_sdfgs_recursive():
+        states = list(sd.all_states())
+        parts.append(f"{sd.name}:{len(sd.arrays)}:{len(sd.symbols)}:{len(states)}:{sd.number_of_edges()}:"
+                     f"{sum(st.number_of_nodes() for st in states)}:{sum(st.number_of_edges() for st in states)}")
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()
+
+
 def generate_code(sdfg: SDFG, validate: bool = True, rename_if_loaded: bool = False, wrap=None):
     """(program, code objects): a copy of ``sdfg`` prepared as ``SDFG.compile`` prepares it (its build
     folder fixed, scope connectors filled; renamed ``name_0``, ... if ``rename_if_loaded`` and a library of
     its name is loaded in this process) and the code DaCe generates for it (in ``codegen.fast_codegen``,
     which makes it no different and faster). ``wrap``: a function that takes the copy over and
-    returns the SDFG to compile (``dace_compat.pack.pack_symbols``)."""
+    returns the SDFG to compile (``dace_compat.pack.pack_symbols``). ``validate=False``: DaCe does not
+    validate the program again (the caller did, ``structure_fingerprint``).
+
+    The library-node expansions of code generation are not recorded in the SDFG's transformation
+    history (DaCe's ``store_history``): the first recorded one deep-copies the whole SDFG as its
+    ``orig_sdfg``, which ``program.sdfg`` would then also serialise (a fifth of a GPT training step's
+    code generation)."""
     import copy
     from dace.codegen import codegen
     from .codegen import fast_codegen
@@ -138,7 +158,7 @@ def generate_code(sdfg: SDFG, validate: bool = True, rename_if_loaded: bool = Fa
     if wrap is not None:
         program = wrap(program)
     program.fill_scope_connectors()
-    with fast_codegen():
+    with fast_codegen(), dace.config.set_temporary("store_history", value=False):
         return program, codegen.generate_code(program, validate=validate)
 
 

@@ -68,6 +68,9 @@ class Lowered:
     # Distributed placement: one-element arguments every rank passes with the same value (not
     # broadcast from rank 0 on entry; a rank must not leave them out).
     replicas: Tuple[str, ...] = ()
+    # dace_compat.structure_fingerprint of the SDFG when DaCe validated it (validate_lowered):
+    # code generation validates again only if the SDFG changed since; '' when not validated.
+    validated: str = ""
 
     @property
     def nprocs(self) -> int:

@@ -54,6 +54,8 @@ def validate_lowered(sdfg: SDFG, original: str, schedule: Schedule) -> None:
     """DaCe's validation of a lowered SDFG; a failure is the rewrite's limit, refused by name."""
     try:
         sdfg.validate()
+        if getattr(sdfg, "_distsdfg", None) is not None:
+            sdfg._distsdfg.validated = dc.structure_fingerprint(sdfg)
     except dace.sdfg.InvalidSDFGError as exc:
         from ..errors import RewriteLimitError
         raise RewriteLimitError(f"lowering `{original}` with {schedule.as_dict()} gives an SDFG that DaCe rejects "

@@ -427,7 +427,9 @@ def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
     blas.check_program(sdfg)
     folder = sdfg.build_folder
     wrap = packing(sdfg, keep=(PLAN_LEN,))      # per-rank symbols in one array, above a threshold
-    program, objects = dc.generate_code(sdfg, wrap=wrap)           # generated once: for the key and the build
+    low = getattr(sdfg, "_distsdfg", None)           # validated by the lowering, unless changed since
+    validate = not (low is not None and getattr(low, "validated", "") == dc.structure_fingerprint(sdfg))
+    program, objects = dc.generate_code(sdfg, wrap=wrap, validate=validate)   # once: for the key and the build
     key = build_key(sdfg, objects)
     rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")
     if not rebuild and _cached(folder, key, sdfg.name):
@@ -438,7 +440,7 @@ def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
     except OSError:
         pass
     if program.is_loaded():       # a library of this name is loaded here: build under another name
-        program, objects = dc.generate_code(sdfg, rename_if_loaded=True, wrap=wrap)
+        program, objects = dc.generate_code(sdfg, rename_if_loaded=True, wrap=wrap, validate=False)
     _log(f"{sdfg.name}: generating and compiling C++ ...", verbose)
     how = toolchain.build_program(program, objects, folder)
     with open(os.path.join(folder, STAMP), "w") as f:

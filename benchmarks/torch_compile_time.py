@@ -2,7 +2,7 @@
 
     python benchmarks/torch_compile_time.py [--train] [--profile OUT.prof [--profile-phase PHASE]]
         [--no-batched-renames] [--cpu] [--save-parsed F.sdfg | --from-parsed F.sdfg] [--skip-compile]
-        [--zero]
+        [--zero] [--plain-parse]
 
 Phases, in seconds: ``trace`` (torch.export / make_fx and emitting the NumPy program),
 ``parse`` (DaCe's Python frontend and simplify: ``TorchProgram.sdfg``), ``lower`` (a
@@ -10,7 +10,7 @@ data-parallel schedule from ``schedule_from_shardings`` over 2 ranks, ``distsdfg
 ``compile`` (code generation and the C++ build of the lowered SDFG in one process: what
 ``distsdfg.compile`` does on rank 0, ``program.build``; ``--dace-build``: DaCe's own CMake build,
 ``sdfg.compile()``, with DaCe's default build type, as measured before). ``--no-batched-renames`` parses without ``dace_compat.parse.batched_renames`` (DaCe's
-per-variable renames), for comparison. ``--profile`` writes a cProfile of one phase
+per-variable renames), ``--plain-parse`` without any of ``dace_compat.parse.fast_parse``, for comparison. ``--profile`` writes a cProfile of one phase
 (``--profile-phase``, default ``parse``; with ``--cpu`` it counts CPU time, which a shared, loaded
 machine distorts less than wall time). Every phase is reported in wall time and in CPU time
 (this process and the compiler processes it waited for). ``--save-parsed`` writes the parsed
@@ -38,6 +38,7 @@ def main(argv=None):
     ap.add_argument("--profile", help="write a cProfile of one phase (--profile-phase) here")
     ap.add_argument("--profile-phase", default="parse", choices=("trace", "parse", "lower", "compile"))
     ap.add_argument("--no-batched-renames", action="store_true")
+    ap.add_argument("--plain-parse", action="store_true", help="DaCe's own parse (no dace_compat.parse.fast_parse)")
     ap.add_argument("--save-parsed", help="write the parsed SDFG to this JSON file")
     ap.add_argument("--from-parsed", help="skip trace and parse: load the parsed SDFG from this JSON file")
     ap.add_argument("--cpu", action="store_true", help="report process CPU time instead of wall time")
@@ -53,6 +54,8 @@ def main(argv=None):
     from gpt_model import tiny
     if a.no_batched_renames:
         dace_compat_parse.batched_renames = contextlib.nullcontext
+    if a.plain_parse:
+        dace_compat_parse.fast_parse = contextlib.nullcontext
     model = tiny(mixed=True)
     idx = torch.randint(0, model.cfg.vocab, (2, 16), generator=torch.Generator().manual_seed(0))
     times, cpu = {}, {}

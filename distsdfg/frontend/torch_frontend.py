@@ -327,8 +327,8 @@ def _to_sdfg(function, kernels: Dict[str, str]):
     """Parse the generated program and name every explicit map after the op it computes."""
     import dace
     from .. import dace_compat as dc
-    from ..dace_compat.parse import batched_renames
-    with batched_renames():          # DaCe renames one variable per whole-SDFG pass otherwise
+    from ..dace_compat.parse import fast_parse
+    with fast_parse():          # the same SDFG: see dace_compat.parse
         sdfg = function.to_sdfg()
     dc.order_return_arrays(sdfg)
     for node, _ in sdfg.all_nodes_recursive():

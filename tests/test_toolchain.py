@@ -103,6 +103,34 @@ def test_a_program_is_built_directly_and_runs(tmp_path, monkeypatch):
     assert sorted(os.listdir(build)) == before
 
 
+@dace.program
+def matmul_scaled(a: dace.float64[N, N], b: dace.float64[N, N], c: dace.float32[N]):
+    return (a @ b) * 2.0, c * 3.0
+
+
+def test_shared_parts_are_prepared_as_the_compile_uses_them(tmp_path, monkeypatch):
+    """The precompiled header and host steps that the build prepares while Python generates the
+    code (``toolchain.prepare``, from ``shared_parts`` of the lowered SDFG) are the ones the compile
+    then asks for: same compiler flags, headers and element types."""
+    from mpi4py import MPI
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    for name in ("precompiled_header", "host_steps_library"):
+        real = getattr(toolchain, name)
+        monkeypatch.setattr(toolchain, name, lambda *a, _real=real, _name=name: calls.append((_name, repr(a)))
+                            or _real(*a))
+    sdfg = matmul_scaled.to_sdfg()
+    distsdfg.lower(sdfg, {"_MatMult_.gemm_map": (2, 1, 1), "_Mult__map": (2, 1), "_Mult__map_2": (2,)})
+    envs, ctypes = toolchain.shared_parts(sdfg)
+    assert "distsdfg.mpi.environment.DistSDFGRuntime" in envs and any("blas" in e for e in envs), envs
+    assert sorted(ctypes) == ["double", "float"]
+    sdfg.build_folder = str(tmp_path / "build")
+    from distsdfg.runtime.program import build
+    build(sdfg, rebuild=True)
+    half = len(calls) // 2
+    assert half == 3 and calls[:half] == calls[half:], calls      # one header, two step libraries
+
+
 def test_cmake_build_on_request(tmp_path, monkeypatch):
     from mpi4py import MPI
     monkeypatch.chdir(tmp_path)

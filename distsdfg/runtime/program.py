@@ -429,7 +429,14 @@ def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
     wrap = packing(sdfg, keep=(PLAN_LEN,))      # per-rank symbols in one array, above a threshold
     low = getattr(sdfg, "_distsdfg", None)           # validated by the lowering, unless changed since
     validate = not (low is not None and getattr(low, "validated", "") == dc.structure_fingerprint(sdfg))
-    program, objects = dc.generate_code(sdfg, wrap=wrap, validate=validate)   # once: for the key and the build
+    # The compile's shared parts (precompiled header, host steps), if this machine lacks them, are
+    # built by the compiler while Python generates the code.
+    prepared = (toolchain.in_background(toolchain.prepare, *toolchain.shared_parts(sdfg))
+                if getattr(low, "target", "cpu") == "cpu" else (lambda: None))
+    try:
+        program, objects = dc.generate_code(sdfg, wrap=wrap, validate=validate)   # once: key and build
+    finally:
+        prepared()
     key = build_key(sdfg, objects)
     rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")
     if not rebuild and _cached(folder, key, sdfg.name):

@@ -14,6 +14,10 @@ MKL/OpenBLAS and other header-and-library environments), ``build_program`` inste
   flags and header contents, under ``~/.cache/distsdfg/pch-*``). GCC ignores a precompiled header that
   does not fit and reads the headers themselves, so it never changes what is compiled.
 
+On a machine that lacks the precompiled header or the host-step libraries (a first build), the
+build guesses them from the lowered SDFG (``shared_parts``) and has the compiler make them
+(``prepare``) while Python generates the program's code.
+
 Anything else (GPU code, CMake packages other than MPI, CMake files, an MPI without ``mpicxx``),
 ``DISTSDFG_CMAKE=1``, or a failed direct compile goes through DaCe's CMake build unchanged.
 This is DaCe-version-sensitive code (program folder layout, environment fields) like ``dace_compat``.
@@ -308,9 +312,7 @@ def compile_direct(folder: str, name: str) -> Dict[str, object]:
     with open(os.path.join(folder, "dace_environments.csv")) as f:
         envs = [ln.strip() for ln in f if ln.strip()]
     r = recipe(envs)
-    cxx = dc.cxx_compiler()
-    compiler_id(cxx)
-    flags = base_flags() + [f"-I{dace_include()}"] + [f"-I{d}" for d in r.includes] + r.cflags
+    cxx, flags = _compiler_and_flags(r)
     libs = r.libs + shlex.split(Config.get("compiler", "cpu", "libs") or "")
     ld = r.ldflags + shlex.split(Config.get("compiler", "linker", "args") or "")
     rpath = list(dict.fromkeys([w[2:] for w in libs if w.startswith("-L")]
@@ -320,11 +322,7 @@ def compile_direct(folder: str, name: str) -> Dict[str, object]:
     ext = Config.get("compiler", "library_extension")
     lib = os.path.join(build, f"lib{name}.{ext}")
     pch = precompiled_header(cxx, flags, r.headers)
-    steps = []
-    if "distsdfg_runtime.h" in r.headers and os.environ.get("DISTSDFG_HOST_STEPS", "1") not in ("", "0"):
-        mpi_libs = list(mpi_flags()[1])
-        for ctype in host_step_types(srcs):
-            steps.append((ctype, host_steps_library(cxx, flags, pch, ctype, mpi_libs)))
+    steps = _host_steps(cxx, flags, pch, r, host_step_types(srcs))
     if steps:
         decl = os.path.join(folder, "include", "distsdfg_host_steps_decl.h")
         os.makedirs(os.path.dirname(decl), exist_ok=True)
@@ -354,13 +352,65 @@ def compile_direct(folder: str, name: str) -> Dict[str, object]:
     return {"pch": used_pch, "library": lib, "host_steps": [t for t, _ in steps]}
 
 
+def _compiler_and_flags(r: Recipe) -> Tuple[str, List[str]]:
+    cxx = dc.cxx_compiler()
+    compiler_id(cxx)
+    return cxx, base_flags() + [f"-I{dace_include()}"] + [f"-I{d}" for d in r.includes] + r.cflags
+
+
+def _host_steps(cxx: str, flags: List[str], pch: Optional[str], r: Recipe, ctypes: Iterable[str]):
+    """(element type, library) of the prebuilt host steps a program of recipe ``r`` links."""
+    if "distsdfg_runtime.h" not in r.headers or os.environ.get("DISTSDFG_HOST_STEPS", "1") in ("", "0"):
+        return []
+    mpi_libs = list(mpi_flags()[1])
+    return [(ctype, host_steps_library(cxx, flags, pch, ctype, mpi_libs)) for ctype in ctypes]
+
+
+def shared_parts(sdfg) -> Tuple[List[str], List[str]]:
+    """(environments, host-step element types) a lowered CPU program's direct compile will most likely
+    use, read before its code is generated: our runtime where it has communication steps, the BLAS
+    of the chosen implementation where it has BLAS nodes, and the steps' element types."""
+    import dace
+    from ..mpi.distributed_memlet import DistributedMemlet
+    envs, ctypes = [], []
+    for node, state in sdfg.all_nodes_recursive():
+        if isinstance(node, DistributedMemlet) and node.buffers == "host":
+            out = next((e for e in state.out_edges(node) if e.src_conn == "_out"), None)
+            if out is not None:
+                ctype = state.sdfg.arrays[out.data.data].dtype.ctype
+                if ctype not in ctypes:
+                    ctypes.append(ctype)
+    if ctypes:
+        from ..mpi.environment import DistSDFGRuntime
+        envs.append(f"{DistSDFGRuntime.__module__}.{DistSDFGRuntime.__name__}")
+    if dc.blas_nodes(sdfg):
+        gemm = dace.libraries.blas.Gemm.implementations.get(dc.blas_implementation())
+        envs += [f"{e.__module__}.{e.__name__}" for e in getattr(gemm, "environments", [])]
+    return envs, ctypes
+
+
+def prepare(environment_names: Iterable[str], ctypes: Iterable[str]) -> None:
+    """Build what a direct compile with these environments and host-step element types reuses
+    (the precompiled header and the host-step libraries: ~15 s on a machine that has none yet), so
+    that a program's first build makes them while Python generates its code. Does nothing where
+    the compile is not direct; a failure here is left to the build itself, which tries again."""
+    if not enabled():
+        return
+    try:
+        r = recipe(environment_names)
+        cxx, flags = _compiler_and_flags(r)
+        _host_steps(cxx, flags, precompiled_header(cxx, flags, r.headers), r, ctypes)
+    except (NotDirect, subprocess.CalledProcessError, OSError, KeyError, ValueError):
+        pass
+
+
 def build_program(sdfg, code_objects, folder: str) -> str:
     """Write the program folder for ``sdfg`` and its generated ``code_objects`` into ``folder`` and
     compile it, directly where possible, else through DaCe's CMake project. Returns how it was built."""
     dc.write_program_folder(sdfg, code_objects, folder)
     # program.sdfg is for loading, not compiling: its JSON (seconds to tens of seconds for a
     # training step) is written while the compiler runs, and is complete when this returns.
-    written = _in_background(dc.write_program_json, sdfg, folder)
+    written = in_background(dc.write_program_json, sdfg, folder)
     try:
         return _compile(sdfg.name, folder)
     finally:
@@ -381,7 +431,7 @@ def _compile(name: str, folder: str) -> str:
     return "cmake"
 
 
-def _in_background(fn, *args):
+def in_background(fn, *args):
     """Run ``fn(*args)`` in a thread; returns a function that waits for it and raises what it raised."""
     import threading
     failed = []
@@ -391,7 +441,7 @@ def _in_background(fn, *args):
             fn(*args)
         except BaseException as e:      # re-raised in the caller's thread
             failed.append(e)
-    thread = threading.Thread(target=run, name="distsdfg-program-json", daemon=True)
+    thread = threading.Thread(target=run, name=f"distsdfg-{fn.__name__}", daemon=True)
     thread.start()
 
     def wait():

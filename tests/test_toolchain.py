@@ -112,7 +112,6 @@ def test_shared_parts_are_prepared_as_the_compile_uses_them(tmp_path, monkeypatc
     """The precompiled header and host steps that the build prepares while Python generates the
     code (``toolchain.prepare``, from ``shared_parts`` of the lowered SDFG) are the ones the compile
     then asks for: same compiler flags, headers and element types."""
-    from mpi4py import MPI
     monkeypatch.chdir(tmp_path)
     calls = []
     for name in ("precompiled_header", "host_steps_library"):

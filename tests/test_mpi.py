@@ -46,6 +46,11 @@ MULTI = {
 }
 CASES[4] += list(MULTI.values())
 
+# Two contractions added (issue 24): the difference of the partial products is reduced once.
+SUM_OF_PRODUCTS = ("sum_of_products:_MatMult_.gemm_map=1,1,2;_MatMult__2.gemm_map=1,1,2;_Mult__map=2,1;"
+                   "_Sub__map=2,1;_Add__map=2,1")
+CASES[2].append(SUM_OF_PRODUCTS)
+
 # The planner's schedules for every "Core lowering" program (issue 11).
 CORE = ["add3d", "add_scalar", "reduce_sum", "reduce_max", "matmul", "softmax", "projection", "spmv", "add_odd"]
 CASES[4] += [f"{p}:auto" for p in CORE]
@@ -155,6 +160,15 @@ def test_elementwise_chain_moves_inputs_and_output_once(results):
     assert sorted(_calls(r)) == sorted([("Scatterv", a) for a in ("lat1", "lon1", "lat2", "lon2")]
                                        + [("Gatherv", "__return")])
     assert _bytes(r) == 5 * 3 * 25_000 * 8
+
+
+def test_sum_of_partial_products_reduced_once(results):
+    """``(A1 @ B1 - 0.5 * (A2 @ B2)) + D`` with both contractions split: every rank scales and
+    subtracts its own partial products, one Reduce_scatter of the difference (lowering/partial_sums.py)."""
+    r = results[2][SUM_OF_PRODUCTS]
+    assert [c for c, _ in _calls(r) if c.startswith(("Reduce", "Allreduce"))] == ["Reduce_scatter"]
+    # inputs' blocks to rank 1 (A1, A2 columns, B1, B2 rows, D rows), the difference's halves, the result back
+    assert _bytes(r) == (48 * 32 + 32 * 40 + 48 * 16 + 16 * 40 + 24 * 40 + 48 * 40 + 24 * 40) * 8
 
 
 def test_megatron_one_allreduce_between_kernels(results):

@@ -122,7 +122,7 @@ def kernel_linear(kernel, arrays: Set[str]) -> bool:
         # exit, and with them every input and output (every tasklet would pass as linear).
         lin = {e.dst_conn for e in state.in_edges(n) if not e.data.is_empty() and e.data.data in arrays}
         outs = {e.src_conn for e in state.out_edges(n) if not e.data.is_empty()}
-        if not lin or not outs or any(e.data.wcr is not None for e in state.out_edges(n)) \
+        if not outs or any(e.data.wcr is not None for e in state.out_edges(n)) \
                 or not tasklet_linear(n.code.as_string, lin, outs):
             return False
     return True

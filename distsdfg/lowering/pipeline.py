@@ -22,11 +22,16 @@ from ..analysis.constraints import KernelPlan, kernel_constraints, padded_axes
 from ..errors import DistributedLoweringError, LoweredStateError
 from ..analysis.kernels import find_kernels
 from .loops import MachineRewriter
+from .partial_sums import PartialKernels
 from .rewriter import COMM_ARG, PLAN_ARRAY, PLAN_LEN, KernelGrid, Lowered, Rewriter
 from ..values.plan import axis_symbols
 from ..values.schedule import Schedule
 
 __all__ = ["lower_sdfg", "validate_lowered"]
+
+
+class PartialRewriter(PartialKernels, Rewriter):
+    """``Rewriter`` of a straight-line program whose kernels linear in partial sums run on them."""
 
 
 def _schedule_hash(sdfg_name: str, schedule: Schedule, target: str, placed=()) -> str:
@@ -118,7 +123,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     views = dc.reshape_views(sdfg)
     viewed = dc.viewed_arrays(sdfg, exclude=views)
     if linear and not placed:
-        rw = Rewriter(sdfg, linear=True, viewed=viewed, views=views)
+        rw = PartialRewriter(sdfg, linear=True, viewed=viewed, views=views)
     else:       # homes at state boundaries; placed arguments are homes the user passes
         rw = MachineRewriter(sdfg, viewed=viewed, views=views, placed=placed)
     rw.run(segments, {kp.kernel.node: kp for kp in plans})

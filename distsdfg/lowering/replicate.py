@@ -14,14 +14,15 @@ kernel is replicated only when fetching it whole to every rank moves no more byt
 it on rank 0 would: rank 0's fetch of what it lacks plus the outputs sent out
 (``worth_replicating``).
 
-**Partial sums.** A kernel linear in an input held as partial sums on every rank (a batch-split
+**Partial sums.** A kernel linear in inputs held as partial sums on every rank (a batch-split
 reduction's result; ``analysis/linearity.py``), whose other inputs every rank holds, also runs on
-every rank, on each rank's own partial sums: its output is partial sums in turn (DTensor's
-``Partial`` through a linear operator), summed once where a reader needs the sum (a
-``Reduce_scatter`` into a split update, as DDP's gradients are). A home left as such partial sums
-at the end of a state that the next one follows directly is summed into its home at the end of
-that next state instead (``deferred``), and a transient home no later state uses is not summed
-into its home at all (``dead_after``).
+every rank, on each rank's own partial sums: its output is partial sums in turn, summed once where a
+reader needs the sum (``partial_sums.PartialKernels``, shared with the straight-line rewriter; a
+kernel the schedule splits runs unsplit there where that pays, ``whole_on_partials``). A home left
+as such partial sums at the end of a state that the next one follows directly stays unsummed into
+that state (``deferred``), and so on along a straight chain of states until a kernel reads it (GPT's
+tied gradient: ``lm_head``'s product in one state, added to the lookup's 27 states later), and a
+transient home no later state uses is not summed into its home at all (``dead_after``).
 
 Example, 2 ranks, ZeRO-1 (GPT's position embedding): ``pos = arange(T)`` runs on both ranks
 (nothing moves), ``wpe[pos]`` gathers the row-split ``wpe`` on both (``T C`` elements, DDP's
@@ -39,13 +40,10 @@ from dace import data as dt
 
 from .. import dace_compat as dc
 from ..analysis.constraints import ArrayConstraint, KernelPlan
-from ..values.exprs import box_covers
 from ..values.plan import ALL_HOME
+from .partial_sums import REPLICA_AXIS, PartialKernels
 
 __all__ = ["REPLICA_AXIS", "ReplicatedKernels", "replicated_layout_boxes"]
-
-#: The rank symbol of a replicated kernel's extra grid axis; no box uses it, no SDFG declares it.
-REPLICA_AXIS = "__dsdfg_replica"
 
 
 def replicated_layout_boxes(shape) -> tuple:
@@ -53,12 +51,16 @@ def replicated_layout_boxes(shape) -> tuple:
     return (tuple((sympy.Integer(0), sympy.sympify(s) - 1) for s in shape),)
 
 
-class ReplicatedKernels:
+class ReplicatedKernels(PartialKernels):
     """Which unsplit kernels run on every rank, and their reads and writes (a mixin of ``MachineRewriter``)."""
 
     # -- decision ------------------------------------------------------------------------------
     def replicated_plan(self, kp: KernelPlan) -> KernelPlan:
         """``kp`` with the replicated grid when it is worth it (``kp`` itself otherwise)."""
+        if kp.nranks != 1 and self.most > 1:      # split: unsplit on partial sums where that pays
+            whole = self.whole_on_partials(kp)
+            planned = kp if whole is None else self.replicated_plan(whole)
+            return kp if planned is whole else planned
         if kp.nranks != 1 or self.most <= 1 or kp.kernel.runtime_symbols or kp.kernel.kind not in ("map", "library"):
             return kp
         missing, outputs, partial = [], [], []   # inputs fetched whole to every rank; partial sums
@@ -86,20 +88,11 @@ class ReplicatedKernels:
                 return kp
         elif not self.worth_replicating(missing, outputs):
             return kp
-        grid = tuple(kp.grid) + (self.most,)
-        rsyms = tuple(kp.rank_syms) + (dc.sym(REPLICA_AXIS),)
-        (self.partial_kernels if partial else self.replicated_kernels).add(kp.kernel.index)
-        return dataclasses.replace(kp, grid=grid, rank_syms=rsyms)
-
-    def whole_on_all(self, h, x: str) -> bool:
-        """Every rank of the widest grid holds all of ``x`` in holding ``h``."""
-        n = 1
-        for g in h.grid:
-            n *= g
-        syms = {str(s) for s, g in zip(h.rank_syms, h.grid) if g > 1}
-        shape = self.sdfg.arrays[x].shape
-        used = [{str(f) for se in box for e in se for f in sympy.sympify(e).free_symbols} for box in h.boxes]
-        return n >= self.most and any(box_covers(box, shape) and not syms & u for box, u in zip(h.boxes, used))
+        if partial:
+            return self.on_partials(kp)
+        self.replicated_kernels.add(kp.kernel.index)
+        return dataclasses.replace(kp, grid=tuple(kp.grid) + (self.most,),
+                                   rank_syms=tuple(kp.rank_syms) + (dc.sym(REPLICA_AXIS),))
 
     def everywhere(self, x: str) -> Optional[bool]:
         """Whether every rank holds ``x``'s current value whole (None: partial sums)."""
@@ -117,16 +110,13 @@ class ReplicatedKernels:
             return None
         return h.kind == "repl" or self.whole_on_all(h, x)
 
-    def partial_everywhere(self, x: str) -> bool:
-        """``x`` is held as partial sums, the whole array on every rank (a batch-split reduction's result)."""
-        st = self.data.get(x)
-        h = st.holdings[-1] if st is not None and st.holdings else None
-        return h is not None and h.layout.op == "sum" and h.kind in ("map", "library") and self.whole_on_all(h, x)
+    def partial_plan(self, kp: KernelPlan) -> KernelPlan:
+        return kp           # decided by ``replicated_plan`` (with homes and replicated kernels)
 
-    def linear_in(self, kp: KernelPlan, arrays) -> bool:
-        """The kernel's outputs are linear in the inputs ``arrays`` (analysis/linearity.py)."""
-        from ..analysis.linearity import kernel_linear
-        return kernel_linear(kp.kernel, set(arrays))
+    def outlives(self, x: str, state) -> bool:
+        """``x`` is used in a later state (or a loop), or is an argument (``note_last_uses``)."""
+        last = self.last_use.get(x, 0)
+        return not self.sdfg.arrays[x].transient or x in self.placed or last is None or last > self.state_order[state]
 
     def worth_replicating(self, missing, outputs) -> bool:
         """Fetching the ``missing`` inputs whole to every rank moves no more than running on rank 0:
@@ -168,7 +158,9 @@ class ReplicatedKernels:
         """Home array ``x`` is left as partial sums, the whole array on every rank, by a state that the
         next one follows directly (``following``): they are summed into the home at that state's end
         instead (or where a kernel there reads them whole), so that a kernel there that is linear in
-        them runs on every rank's own partial sums, and they are summed once, after it."""
+        them runs on every rank's own partial sums, and they are summed once, after it. Still partial
+        at that state's end (no kernel read them), they are carried on, along a straight chain of
+        states, to the first reader (or summed where the chain ends)."""
         st = self.data.get(x)
         return (self.following is not None and st is not None and bool(st.holdings) and not self.has_home(x)
                 and self.partial_everywhere(x))
@@ -206,20 +198,9 @@ class ReplicatedKernels:
         return self.raw_step(self.root(arr), src, self.whole(self.root(arr), ALL_HOME))
 
     def members_only(self, kp: KernelPlan):
-        if kp.kernel.index in self.replicated_kernels | self.partial_kernels:
+        if kp.kernel.index in self.replicated_kernels:
             return          # every rank runs all iterations (its inputs are whole there)
         super().members_only(kp)
-
-    def write_output(self, kp, arr, c, state, lw, dst_node):
-        """A kernel run on every rank's partial sums holds partial sums of its output (summed where
-        a whole value is needed: a Reduce_scatter into a split reader, a Reduce to rank 0)."""
-        if kp.kernel.index not in self.partial_kernels:
-            return super().write_output(kp, arr, c, state, lw, dst_node)
-        st = self.state_of(arr)
-        st.holdings, st.root_valid = [self.holding(kp, arr, lw.data, c, [c.write], "sum", state, lw)], False
-        if self.needs_gather(arr):
-            self.dm(state, self.spec(kp, "reduce", arr, lw.data, c, [c.write], op="sum", acc=False), lw, dst_node)
-            st.root_valid = True
 
     def read_input(self, kp, arr, c: ArrayConstraint, state, src_node, local_of, boxes=None):
         """A kernel reads an array every rank holds as the program's own array (no kernel copy of it)
@@ -237,17 +218,5 @@ class ReplicatedKernels:
                 self.reading_for = None
             self.dm(state, self.spec(kp, "redist", arr, local, c, c.reads if boxes is None else boxes,
                                      source=self.whole(x, ALL_HOME)), src, lr)
-            return lr, local
-        if kp.kernel.index in self.partial_kernels and c.write is None and st is not None and st.holdings \
-                and st.holdings[-1].partial:
-            # Each rank's own partial sums, read as they are (a copy within the rank at most).
-            h = st.holdings[-1]
-            plain = dataclasses.replace(h, layout=dataclasses.replace(h.layout, op=None))
-            if self.can_alias(plain, kp, c, arr in self.views):
-                return self.holder_node(h, state), h.layout.local
-            local = local_of()
-            lr = state.add_access(local)
-            self.dm(state, self.spec(kp, "redist", arr, local, c, c.reads if boxes is None else boxes,
-                                     source=plain.layout), self.holder_node(h, state), lr)
             return lr, local
         return super().read_input(kp, arr, c, state, src_node, local_of, boxes)

@@ -168,6 +168,14 @@ def matrix_chain(A: dace.float64[NS, NT], B: dace.float64[NT, NS], C: dace.float
     return (A @ B) + (C @ (D @ E))
 
 
+@dace.program
+def sum_of_products(A1: dace.float64[48, 64], B1: dace.float64[64, 40], A2: dace.float64[48, 32],
+                    B2: dace.float64[32, 40], D: dace.float64[48, 40]):
+    """Two contractions added, one of them scaled (a tied weight's two gradient products), then a
+    term that is no product: with both contractions split, one reduction for the two (partial_sums)."""
+    return (A1 @ B1 - 0.5 * (A2 @ B2)) + D
+
+
 # -- programs with loops (issue 4): time-stepping stencils and an iterative solver ------------------
 T = dace.symbol("T")
 
@@ -423,6 +431,10 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
             lambda r: {"A": r.random((64, 8)), "B": r.random((8, 64)), "C": r.random((64, 8)), "D": r.random((8, 512)),
                        "E": r.random((512, 64))},
             lambda A, B, C, D, E: (A @ B) + (C @ (D @ E)), (("NS", 64), ("NT", 8), ("NH", 512))),
+    Program("sum_of_products", sum_of_products,
+            lambda r: {"A1": r.random((48, 64)) - 0.5, "B1": r.random((64, 40)), "A2": r.random((48, 32)),
+                       "B2": r.random((32, 40)) - 0.5, "D": r.random((48, 40))},
+            lambda A1, B1, A2, B2, D: (A1 @ B1 - 0.5 * (A2 @ B2)) + D),
     Program("masked", masked, lambda r: {"A": r.random((12, 10)), "M": r.random((12, 10)) > 0.3},
             lambda A, M: np.logical_and(M, A > 0.5)),
     Program("add_odd", add_odd, lambda r: {"x": r.random((10, 7)), "y": r.random((10, 7))}, lambda x, y: x * y + 1.0),

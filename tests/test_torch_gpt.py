@@ -127,8 +127,8 @@ def test_gpt_matches_pytorch(gpt_results, case):
     if case == "train:zero:distributed":
         # ZeRO-1 (torch_training.zero_shardings): DDP's all-reduce volume, 2 (P-1) x the parameters'
         # bytes, plus the loss's sums (docs/torch.md "hI": the tied embedding's two gradient
-        # contributions added on every rank and reduce-scattered once; lowered, not yet run: 1,328,640 B
-        # beyond the loss expected); 1.037x before that, "hR" (the position lookup and the causal
+        # contributions added on every rank and reduce-scattered once: 1,328,640 B beyond the loss,
+        # DDP's exactly, "hJ"); 1.037x before that, "hR" (the position lookup and the causal
         # mask's kernels run on every rank); 1.055x before that, 1.09x before the layer norm weights
         # and the tied weight were fetched once
         ddp = 2 * 3 * r["param_bytes"]

@@ -23,8 +23,10 @@ between two barriers (the slowest rank); the variants' steps are interleaved (on
 in turn), so that the machine's load moves all of them alike. Bytes per step, by the convention of
 ``distsdfg.comm_report`` (the sum over ranks of the bytes each rank sends; an Allreduce of
 ``n`` bytes is a reduce-scatter plus an allgather, ``2 (P-1)/P n`` sent per rank): for DDP
-counted from the gradient buckets a communication hook hands to ``all_reduce``; for distsdfg
-``comm_report``'s total. At the end both sides' weights are compared (relative error), so
+counted from the gradient buckets a communication hook hands to ``all_reduce``, plus the
+buffers DDP broadcasts from rank 0 before every forward in training mode (its default
+``broadcast_buffers=True``: a GPT's causal-mask buffer), ``(P-1) n`` sent for ``n`` bytes, both
+printed; for distsdfg ``comm_report``'s total. At the end both sides' weights are compared (relative error), so
 the two columns time the same computation. One thread per process (``torch.set_num_threads(1)``).
 Record the figures in docs/torch.md.
 """
@@ -101,6 +103,13 @@ def setup_ddp(case, comm):
         buf.div_(comm.size)
         return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
     model.register_comm_hook(None, allreduce_hook)
+    counted["buffers"] = 0
+    broadcast = model._distributed_broadcast_coalesced      # DDP's buffer sync (after construction)
+
+    def counted_broadcast(tensors, buffer_size, authoritative_rank=0):
+        counted["buffers"] += sum(t.numel() * t.element_size() for t in tensors)
+        return broadcast(tensors, buffer_size, authoritative_rank)
+    model._distributed_broadcast_coalesced = counted_broadcast
 
     def step():
         opt.zero_grad()
@@ -109,8 +118,9 @@ def setup_ddp(case, comm):
 
     def finish(calls):
         sent = 2 * (comm.size - 1) * counted["bytes"] / calls   # P ranks, each sending 2 (P-1)/P of every bucket
+        buffers = (comm.size - 1) * counted["buffers"] / calls   # rank 0 sends each buffer to the others
         dist.destroy_process_group()
-        return int(sent), model.module.state_dict()
+        return (int(sent), int(buffers)), model.module.state_dict()
     return step, finish
 
 
@@ -223,13 +233,15 @@ def main(argv=None):
     fns = {v: ours[v][0] for v in variants}
     fns["ddp"] = ddp_step
     med, times = interleaved(comm, fns, a.steps)
-    ddp_bytes, want = ddp_finish(a.steps + 2)
+    (ddp_grads, ddp_buffers), want = ddp_finish(a.steps + 2)
+    ddp_bytes = ddp_grads + ddp_buffers
     states = {v: ours[v][1]() for v in variants}        # collective: every rank takes part
     if comm.rank != 0:
         return
     # All sides trained steps + 2 times from the same start: compare the final weights.
     row = {"model": a.model, "ranks": comm.size, "batch": a.batch, "kernels": kernels, "ddp_step_s": med["ddp"],
-           "ddp_bytes": ddp_bytes, "ddp_times": times["ddp"], "variants": {}}
+           "ddp_bytes": ddp_bytes, "ddp_gradient_bytes": ddp_grads, "ddp_buffer_bytes": ddp_buffers,
+           "ddp_times": times["ddp"], "variants": {}}
     print(f"{a.model}, {comm.size} ranks, batch {a.batch} ({kernels} kernels), {a.steps} steps after 2 warm-up, "
           f"interleaved:")
     names = {"root": "distsdfg (data-parallel, root placement)", "zero": "distsdfg (ZeRO-1, distributed)"}
@@ -242,7 +254,8 @@ def main(argv=None):
         print(f"  {names[v]:<42} {1e3 * med[v]:9.2f} ms/step  {ours[v][2]:>12,} B/step  "
               f"{med[v] / med['ddp']:.2f}x time  {ours[v][2] / max(ddp_bytes, 1):.3f}x bytes  weights {err:.1e}  "
               f"(built in {ours[v][3]:.0f} s)")
-    print(f"  {'PyTorch DDP (gloo)':<42} {1e3 * med['ddp']:9.2f} ms/step  {ddp_bytes:>12,} B/step")
+    print(f"  {'PyTorch DDP (gloo)':<42} {1e3 * med['ddp']:9.2f} ms/step  {ddp_bytes:>12,} B/step  "
+          f"(gradients {ddp_grads:,} B, buffers broadcast before each forward {ddp_buffers:,} B)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(row, f, indent=1)

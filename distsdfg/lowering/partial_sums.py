@@ -76,6 +76,10 @@ class PartialKernels:
     def on_partials(self, kp: KernelPlan) -> KernelPlan:
         """``kp`` on every rank of the widest grid, on the ranks' own partial sums."""
         self.partial_kernels.add(kp.kernel.index)
+        return self.on_every_rank(kp)
+
+    def on_every_rank(self, kp: KernelPlan) -> KernelPlan:
+        """``kp`` with the replicated grid axis: all its iterations on every rank of the widest grid."""
         return dataclasses.replace(kp, grid=tuple(kp.grid) + (self.most,),
                                    rank_syms=tuple(kp.rank_syms) + (dc.sym(REPLICA_AXIS),))
 

@@ -32,13 +32,11 @@ in the backward, the batch sum of the gradient stays partial through ``where(val
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional
 
 import sympy
 from dace import data as dt
 
-from .. import dace_compat as dc
 from ..analysis.constraints import ArrayConstraint, KernelPlan
 from ..values.plan import ALL_HOME
 from .partial_sums import REPLICA_AXIS, PartialKernels
@@ -91,8 +89,7 @@ class ReplicatedKernels(PartialKernels):
         if partial:
             return self.on_partials(kp)
         self.replicated_kernels.add(kp.kernel.index)
-        return dataclasses.replace(kp, grid=tuple(kp.grid) + (self.most,),
-                                   rank_syms=tuple(kp.rank_syms) + (dc.sym(REPLICA_AXIS),))
+        return self.on_every_rank(kp)
 
     def everywhere(self, x: str) -> Optional[bool]:
         """Whether every rank holds ``x``'s current value whole (None: partial sums)."""

@@ -145,7 +145,7 @@ def _launch(argv, timeout, threads_per_rank=None):
             print(f"distsdfg: the job exceeded --timeout {timeout}s and was stopped", file=sys.stderr)
         if rc != 0:
             for message in recorded_failures(folder):
-                print(f"distsdfg: the job stopped. {message[len('distsdfg: '):]}", file=sys.stderr)
+                print(f"distsdfg: the job stopped. {message}", file=sys.stderr)
     return rc
 
 

@@ -226,8 +226,8 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
     except SystemExit:
         raise
     except Exception as exc:
-        message = f"distsdfg: rank {rank} failed: {type(exc).__name__}: {exc}"
-        print(message, file=sys.stderr, flush=True)
+        message = f"rank {rank} failed: {type(exc).__name__}: {exc}"
+        print(f"distsdfg: {message}", file=sys.stderr, flush=True)
         record_failure(rank, message)
         if verbose:
             traceback.print_exc()

@@ -370,7 +370,6 @@ def shared_parts(sdfg) -> Tuple[List[str], List[str]]:
     """(environments, host-step element types) a lowered CPU program's direct compile will most likely
     use, read before its code is generated: our runtime where it has communication steps, the BLAS
     of the chosen implementation where it has BLAS nodes, and the steps' element types."""
-    import dace
     from ..mpi.distributed_memlet import DistributedMemlet
     envs, ctypes = [], []
     for node, state in sdfg.all_nodes_recursive():
@@ -384,7 +383,7 @@ def shared_parts(sdfg) -> Tuple[List[str], List[str]]:
         from ..mpi.environment import DistSDFGRuntime
         envs.append(f"{DistSDFGRuntime.__module__}.{DistSDFGRuntime.__name__}")
     if dc.blas_nodes(sdfg):
-        gemm = dace.libraries.blas.Gemm.implementations.get(dc.blas_implementation())
+        gemm = dc.blas_library().Gemm.implementations.get(dc.blas_implementation())
         envs += [f"{e.__module__}.{e.__name__}" for e in getattr(gemm, "environments", [])]
     return envs, ctypes
 

@@ -24,6 +24,8 @@ import collections
 import contextlib
 import threading
 
+from distsdfg.dace_compat.parse import enclosing_scopes, with_enclosing_scopes
+
 __all__ = ["fast_codegen"]
 
 _lock = threading.RLock()
@@ -89,19 +91,11 @@ def _shared_symbols_defined_at(defined_at):
     def symbols_defined_at(self, node):
         if node is None:
             return defined_at(self, node)
-        parents = self.scope_dict()
-        scopes = []
-        top = node
-        while parents[top] is not None:
-            top = parents[top]
-            scopes.append(top)
+        scopes = enclosing_scopes(self, node)
         sdfg = self.sdfg
         key = (id(sdfg), len(sdfg.symbols), len(sdfg.arrays))
         entry = shared.get(key)
         if entry is None or entry[0] is not sdfg:
-            entry = shared[key] = (sdfg, defined_at(self, top))
-        symbols = collections.OrderedDict(entry[1])
-        for scope in reversed(scopes):
-            symbols.update(scope.new_symbols(sdfg, self, symbols))
-        return symbols
+            entry = shared[key] = (sdfg, defined_at(self, scopes[-1] if scopes else node))
+        return with_enclosing_scopes(self, node, collections.OrderedDict(entry[1]), scopes)
     return symbols_defined_at

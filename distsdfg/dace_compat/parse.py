@@ -147,15 +147,27 @@ def _remembered_descriptor_symbols(defined_at):
         except ValueError:          # no start state yet: every inter-state edge, as DaCe does
             for e in sdfg.edges():
                 symbols.update(e.data.new_symbols(sdfg, symbols))
-        parents = self.scope_dict()
-        scopes = []
-        while parents[node] is not None:
-            node = parents[node]
-            scopes.append(node)
-        for scope in reversed(scopes):
-            symbols.update(scope.new_symbols(sdfg, self, symbols))
-        return symbols
+        return with_enclosing_scopes(self, node, symbols)
     return symbols_defined_at
+
+
+def enclosing_scopes(state, node) -> list:
+    """The scope entries around ``node`` in ``state``, innermost first."""
+    parents = state.scope_dict()
+    scopes = []
+    while parents[node] is not None:
+        node = parents[node]
+        scopes.append(node)
+    return scopes
+
+
+def with_enclosing_scopes(state, node, symbols, scopes=None):
+    """``symbols`` (the SDFG-wide part of ``SDFGState.symbols_defined_at``) updated in place,
+    outermost scope first, with the symbols each scope entry around ``node`` defines, as DaCe
+    1.0.2's function does; returns ``symbols``."""
+    for scope in reversed(enclosing_scopes(state, node) if scopes is None else scopes):
+        symbols.update(scope.new_symbols(state.sdfg, state, symbols))
+    return symbols
 
 
 @contextlib.contextmanager

@@ -76,6 +76,17 @@ def _to_host(kwargs: Dict[str, Any], keep=()) -> Dict[str, Any]:
     return devices
 
 
+def _wait_for_callers_stream() -> None:
+    """The caller's CuPy work that fills the device arguments may still be queued on CuPy's current
+    stream, and the compiled program runs on DaCe's own streams, created non-blocking (they do not
+    wait for other streams): finish that work first. (The program waits for its own streams before
+    it returns, so its results are complete when the caller gets them.)"""
+    import cupy
+    cuda = getattr(cupy, "cuda", None)
+    if cuda is not None:
+        cuda.get_current_stream().synchronize()
+
+
 def _back_to_device(devices: Dict[str, Any], kwargs: Dict[str, Any], written, out):
     """After a call on host copies: the arrays the program wrote copied into the caller's CuPy
     arrays, its results as CuPy arrays."""
@@ -386,6 +397,8 @@ class DistributedProgram:
             call[PACKED] = np.fromiter((call[s] for s in self._packed), np.int64, len(self._packed))
         self._reinitialise_if_sizes_changed(call)
         blas.use_threads(self.threads_per_rank)
+        if self.lowered.device_args and any(_is_cupy(call.get(a)) for a in self.lowered.device_args):
+            _wait_for_callers_stream()
         dc.fresh_return_arrays(self._compiled)     # results are handed over, not copied
         t_program = time.perf_counter()
         if blocks or reshapes:      # a rank's block is often a view (a slice of a memory map); a reshaped

@@ -30,10 +30,11 @@ from typing import FrozenSet, Iterable, Tuple
 from dace import data as dt
 from dace import dtypes
 from dace.sdfg import SDFG, nodes
+from dace.transformation import pass_pipeline as ppl
 
 from ..errors import OptionError
 
-__all__ = ["root_arrays", "variant_arguments", "usable", "take_on_device", "device_storage"]
+__all__ = ["ArgumentsOnDevice", "root_arrays", "variant_arguments", "usable", "take_on_device", "device_storage"]
 
 
 def root_arrays(sdfg: SDFG, low=None) -> FrozenSet[str]:
@@ -104,3 +105,30 @@ def take_on_device(sdfg: SDFG, low, names: Iterable[str], *, straight: bool, opt
     removed = alias_whole_blocks(sdfg, low, only=frozenset(names))
     low.rank0_only = True
     return removed
+
+
+class ArgumentsOnDevice(ppl.Pass):
+    """The lowering's pass for a device-argument variant (before ``OffloadKernels``, which gives the
+    arrays their ``GPU_Global`` storage): records ``names`` on the lowering and, on one rank, lets
+    the kernels use the caller's arrays in place of whole local copies (:func:`take_on_device`).
+
+    Example: the 1-rank matmul ``C = A @ B`` with ``names=("A", "B", "__return")`` loses its three
+    steps (scatter ``A``, scatter ``B``, the one-rank reduce of the product) and its three local
+    buffers; its MatMul reads ``A`` and ``B`` and writes ``__return``."""
+
+    CATEGORY = "distsdfg"
+
+    def __init__(self, names: Iterable[str], *, straight: bool, optimize: bool = True):
+        super().__init__()
+        self.names = tuple(sorted(names))
+        self.straight = straight
+        self.optimize = optimize
+
+    def modifies(self) -> ppl.Modifies:
+        return ppl.Modifies.Everything
+
+    def should_reapply(self, modified: ppl.Modifies) -> bool:
+        return False
+
+    def apply_pass(self, sdfg: SDFG, _) -> int:
+        return take_on_device(sdfg, sdfg._distsdfg, self.names, straight=self.straight, optimize=self.optimize)

@@ -13,6 +13,8 @@ once per program (persistent), not on every call. Programs with loops, branches 
 placement keep their home buffers on the device for the whole call; the steps inside loops are
 staged (or on device buffers) like the others; loop conditions read only host arrays, which the
 steps fill. :func:`emulate_on_host` runs a GPU lowering on the host, for tests without a GPU.
+``OffloadKernels(device_args=...)`` leaves the caller's CuPy arrays in the variant that takes them
+(``distsdfg.lowering.device_args``) in ``GPU_Global`` memory, where kernels may use them directly.
 
 :func:`build_settings` makes DaCe 1.0.2's generated CUDA build with CUDA 12 and 13 without
 touching site-packages: an architecture nvcc accepts, C++17 for host and device code (CUDA 13's

@@ -158,8 +158,8 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
         from .buffers import persist_step_buffers
         persist_step_buffers(sdfg)              # the steps' host buffers: allocated once, not per call
     if device_args:       # the caller's CuPy arrays: kernels use them in place on one rank
-        from .device_args import take_on_device
-        take_on_device(sdfg, sdfg._distsdfg, device_args, straight=linear and not placed, optimize=enabled(optimize))
+        from .device_args import ArgumentsOnDevice
+        ArgumentsOnDevice(device_args, straight=linear and not placed, optimize=enabled(optimize)).apply_pass(sdfg, {})
     if target == "gpu":
         from .gpu import OffloadKernels      # home buffers stay on the GPU; steps in loops are staged too
         OffloadKernels(cuda_aware_mpi=comm == "device", device_args=device_args).apply_pass(sdfg, {})

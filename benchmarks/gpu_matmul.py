@@ -139,7 +139,8 @@ def main(argv=None):
     if args.contender in ("distsdfg", "all"):
         rows += run_distsdfg(args.n, args.repeats, kinds, args.cuda_aware)
     if args.contender == "all":
-        best = {(r["dtype"], r["contender"].split("(")[1]): r["median_s"] for r in rows if r["contender"].startswith("cupy")}
+        best = {(r["dtype"], r["contender"].split("(")[1]): r["median_s"]
+                for r in rows if r["contender"].startswith("cupy")}
         for r in rows:
             if r["contender"].startswith("distsdfg"):
                 r["vs_cupy"] = best[(r["dtype"], r["contender"].split("(")[1])] / r["median_s"]

@@ -282,3 +282,40 @@ def test_emulated_variant_on_two_ranks(emulated_job, case):
     assert bytes_mismatch(r) is None, bytes_mismatch(r)
     if case.startswith("staged"):
         assert all(sum(s["sent"]) == 0 for s in r["report"])      # one rank: nothing moves
+
+
+def test_warm_calls_pass_device_pointers_on_the_fast_path():
+    """``dace_compat.call_compiled`` after the first call: a GPU_Global argument takes the pointer of
+    ``__cuda_array_interface__``; a host array where device memory is expected goes through DaCe."""
+    import ctypes
+
+    from dace import data as dt
+    from dace import float64, int32
+    from distsdfg.dace_compat.build import _argument_record, call_compiled
+
+    class Compiled:
+        _initialized = True
+        _sig = ("A", "x", "n")
+        _typedict = {"A": dt.Array(float64, [4], storage=GPU), "x": dt.Array(float64, [4]), "n": dt.Scalar(int32)}
+        _lastargs = ((0, 0, 0), ())
+        _retarray_shapes, _return_arrays = (), ()
+        through_dace = 0
+
+        def _initialize_return_values(self, call):
+            pass
+
+        def fast_call(self, args, init, do_gpu_check=False):
+            return args
+
+        def __call__(self, **call):
+            Compiled.through_dace += 1
+
+    c = Compiled()
+    c._distsdfg_args = _argument_record(c)
+    assert c._distsdfg_args[1][:2] == ("device", None)
+    dev, host = _HostBackedDeviceArray(np.zeros(4)), np.zeros(4)
+    args = call_compiled(c, {"A": dev, "x": host, "n": 3})
+    assert [a.value for a in args[:2]] == [dev.a.ctypes.data, host.ctypes.data] and args[2].value == 3
+    assert isinstance(args[2], ctypes.c_int) and Compiled.through_dace == 0
+    call_compiled(c, {"A": np.zeros(4), "x": host, "n": 3})
+    assert Compiled.through_dace == 1

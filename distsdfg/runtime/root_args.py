@@ -21,7 +21,8 @@ from ..lowering.rewriter import PLAN_ARRAY, Lowered
 from ..mpi import DistributedMemlet
 from ..values.plan import ALL_HOME, StepSpec, evaluate
 
-__all__ = ["RootArguments", "DeviceStandIn", "rank0_only_arrays", "check_blocks", "missing_replicas", "replica_values", "unequal_replicas"]
+__all__ = ["RootArguments", "DeviceStandIn", "rank0_only_arrays", "check_blocks", "missing_replicas", "replica_values",
+           "unequal_replicas"]
 
 
 def _every_rank(step: StepSpec) -> bool:

@@ -1,14 +1,19 @@
 """One-rank matmul throughput on a GPU: distsdfg (target="gpu") next to CuPy's own matmul.
 
-    mpiexec -n 1 python -m mpi4py -m benchmarks.gpu_matmul distsdfg --n 8192 --out OUT.json
+    python -m benchmarks.gpu_matmul all --n 8192 --out OUT.json       # everything below, one process
+    mpiexec -n 1 python -m mpi4py -m benchmarks.gpu_matmul distsdfg --n 8192 --out OUT.json [--args host|device|both]
     python -m benchmarks.gpu_matmul cupy --n 8192 --out OUT.json      # any Python with CuPy
 
-Both take NumPy inputs on the host and return the product on the host, so the two are compared
-like for like ("host in/out": the time includes the host-device copies); the CuPy run also times
-the product of arrays already on the device ("device"), the upper bound of what any program
-could reach. Each figure is the median of ``--repeats`` calls after one warm-up call, for
-float32 and float64; GFLOP/s counts 2 n^3 flops. The distsdfg result is checked against NumPy
-on 64 rows.
+Two contracts, each measured for both. "host in/out": NumPy inputs on the host, the product
+returned on the host (the time includes the host-device copies). "device": CuPy arrays already on
+the GPU in, a CuPy array out (distsdfg runs its device-argument variant,
+``distsdfg.lowering.device_args``: at one rank cuBLAS on the caller's buffers, nothing copied);
+CuPy's figure is the upper bound of what any program could reach. With ``mpiexec -n P`` the
+distsdfg rows split the product's rows P ways (device arguments then go through the host unless
+``--cuda-aware``). Each figure is the median of ``--repeats`` calls after one warm-up call (the
+first distsdfg call with CuPy arrays compiles the variant), for float32 and float64; GFLOP/s counts
+2 n^3 flops. The distsdfg results are checked against NumPy on 64 rows; ``vs_cupy`` is the
+throughput relative to CuPy's figure for the same contract (``all`` only).
 """
 import argparse
 import json
@@ -52,11 +57,12 @@ def gpu_name() -> str:
         return "unknown"
 
 
-def run_distsdfg(n, repeats):
+def run_distsdfg(n, repeats, args=("host", "device"), cuda_aware=False):
     import dace
     from mpi4py import MPI
 
     import distsdfg
+    comm = MPI.COMM_WORLD
     M, N, K = (dace.symbol(s) for s in "MNK")
     rows = []
     for dtype in DTYPES:
@@ -68,20 +74,36 @@ def run_distsdfg(n, repeats):
 
         sdfg = gpu_matmul.to_sdfg(simplify=True)
         sdfg.name = f"gpu_matmul_{dtype}"
-        distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"gemm_map": (1, 1, 1)}), target="gpu")
+        distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"gemm_map": (comm.size, 1, 1)}), target="gpu",
+                       cuda_aware_mpi=cuda_aware)
         prog = distsdfg.compile(sdfg)
         A, B = _inputs(n, dtype)
-        out = {}
+        ref = A[:64].astype(np.float64) @ B.astype(np.float64)
+        for kind in args:
+            out = {}
+            if kind == "device":
+                import cupy as cp
+                sync = cp.cuda.Device().synchronize
+                ins = (cp.asarray(A), cp.asarray(B)) if comm.rank == 0 else (None, None)
+            else:
+                sync, ins = (lambda: None), ((A, B) if comm.rank == 0 else (None, None))
 
-        def call():
-            out["C"] = prog(A=A, B=B)
+            def call():
+                out["C"] = prog(A=ins[0], B=ins[1], M=n, N=n, K=n)
 
-        t = _median_time(call, repeats)
-        MPI.COMM_WORLD.Barrier()
-        if MPI.COMM_WORLD.rank == 0:
-            ref = A[:64].astype(np.float64) @ B.astype(np.float64)
-            err = float(np.abs(out["C"][:64] - ref).max() / np.abs(ref).max())
-            rows.append(dict(_row("distsdfg (host in/out)", dtype, n, t), rel_err=err))
+            t = _median_time(call, repeats, sync)
+            comm.Barrier()
+            if comm.rank == 0:
+                C = out["C"][:64]
+                C = C.get() if hasattr(C, "get") else C
+                err = float(np.abs(C - ref).max() / np.abs(ref).max())
+                label = "host in/out" if kind == "host" else "device"
+                rows.append(dict(_row(f"distsdfg ({label})", dtype, n, t), rel_err=err, ranks=comm.size,
+                                 returned=type(out["C"]).__module__.split(".")[0]))
+            out.clear()
+            ins = None
+            if kind == "device":
+                cp.get_default_memory_pool().free_all_blocks()
     return rows
 
 
@@ -102,18 +124,33 @@ def run_cupy(n, repeats):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("contender", choices=["distsdfg", "cupy"])
+    ap.add_argument("contender", choices=["distsdfg", "cupy", "all"])
     ap.add_argument("--n", type=int, default=8192)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--args", choices=["host", "device", "both"], default="both",
+                    help="distsdfg: NumPy arrays (host in/out), CuPy arrays (device), or both")
+    ap.add_argument("--cuda-aware", action="store_true", help="distsdfg: lower with cuda_aware_mpi=True")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    rows = run_distsdfg(args.n, args.repeats) if args.contender == "distsdfg" else run_cupy(args.n, args.repeats)
+    kinds = ("host", "device") if args.args == "both" else (args.args,)
+    rows = []
+    if args.contender in ("cupy", "all"):
+        rows += run_cupy(args.n, args.repeats)
+    if args.contender in ("distsdfg", "all"):
+        rows += run_distsdfg(args.n, args.repeats, kinds, args.cuda_aware)
+    if args.contender == "all":
+        best = {(r["dtype"], r["contender"].split("(")[1]): r["median_s"]
+                for r in rows if r["contender"].startswith("cupy")}
+        for r in rows:
+            if r["contender"].startswith("distsdfg"):
+                r["vs_cupy"] = best[(r["dtype"], r["contender"].split("(")[1])] / r["median_s"]
     if rows:
         with open(args.out, "w") as f:
             json.dump({"gpu": gpu_name(), "rows": rows}, f, indent=1)
         for r in rows:
             print(f"{r['contender']:24s} {r['dtype']:8s} n={r['n']} {r['median_s'] * 1e3:9.1f} ms "
-                  f"{r['gflops']:9.0f} GFLOP/s" + (f"  rel_err {r['rel_err']:.1e}" if "rel_err" in r else ""))
+                  f"{r['gflops']:9.0f} GFLOP/s" + (f"  rel_err {r['rel_err']:.1e}" if "rel_err" in r else "")
+                  + (f"  {r['vs_cupy']:.2f}x CuPy" if "vs_cupy" in r else ""))
 
 
 if __name__ == "__main__":

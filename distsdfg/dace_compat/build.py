@@ -13,6 +13,7 @@ from typing import List, Optional
 import dace
 import dace.library
 from dace import data as dt
+from dace import dtypes
 from dace.sdfg import SDFG, nodes
 from dace.transformation.transformation import ExpandTransformation
 
@@ -387,6 +388,11 @@ def call_compiled(compiled, call: dict):
                 args.append(ctypes.c_void_p(0))
             else:
                 return compiled(**call)
+        elif kind is _DEVICE:       # a GPU_Global array: the device pointer of a CuPy (or like) array
+            cai = getattr(value, "__cuda_array_interface__", None)
+            if cai is None:
+                return compiled(**call)
+            args.append(ctypes.c_void_p(cai["data"][0]))
         elif value is _MISSING or isinstance(value, np.ndarray):
             return compiled(**call)
         else:
@@ -395,6 +401,7 @@ def call_compiled(compiled, call: dict):
 
 
 _MISSING = object()
+_DEVICE = "device"      # the kind of a GPU_Global array in an argument record
 
 
 def _argument_record(compiled):
@@ -404,6 +411,9 @@ def _argument_record(compiled):
     last = getattr(compiled, "_lastargs", None)
     if sig is None or typedict is None or last is None or len(last[0]) != len(sig):
         return None         # e.g. constants left out of the call: always through DaCe
-    kinds = tuple(None if isinstance(typedict[a], (dt.Array, dt.Structure)) else typedict[a].dtype.as_ctypes()
-                  for a in sig)
+    def kind(desc):
+        if isinstance(desc, dt.Array) and desc.storage == dtypes.StorageType.GPU_Global:
+            return _DEVICE
+        return None if isinstance(desc, (dt.Array, dt.Structure)) else desc.dtype.as_ctypes()
+    kinds = tuple(kind(typedict[a]) for a in sig)
     return tuple(sig), kinds

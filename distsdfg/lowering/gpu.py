@@ -13,6 +13,8 @@ once per program (persistent), not on every call. Programs with loops, branches 
 placement keep their home buffers on the device for the whole call; the steps inside loops are
 staged (or on device buffers) like the others; loop conditions read only host arrays, which the
 steps fill. :func:`emulate_on_host` runs a GPU lowering on the host, for tests without a GPU.
+``OffloadKernels(device_args=...)`` leaves the caller's CuPy arrays in the variant that takes them
+(``distsdfg.lowering.device_args``) in ``GPU_Global`` memory, where kernels may use them directly.
 
 :func:`build_settings` makes DaCe 1.0.2's generated CUDA build with CUDA 12 and 13 without
 touching site-packages: an architecture nvcc accepts, C++17 for host and device code (CUDA 13's
@@ -44,6 +46,7 @@ from ..mpi import DistributedMemlet
 from ..mpi.distributed_memlet import BUFFERS
 from ..mpi.environment import INCLUDE_DIR
 from .buffers import persist, program_symbols
+from .device_args import device_storage
 
 __all__ = ["OffloadKernels", "DeviceBufferComm", "emulate_on_host", "build_settings", "gpu_available", "nvcc_path", "cuda_arch",
            "has_cublas", "mpi_cuda_support", "require_cuda_aware_mpi", "COMPAT_HEADER"]
@@ -238,9 +241,10 @@ class OffloadKernels(ppl.Pass):
 
     CATEGORY = "distsdfg"
 
-    def __init__(self, cuda_aware_mpi: bool = False):
+    def __init__(self, cuda_aware_mpi: bool = False, device_args=()):
         super().__init__()
         self.cuda_aware_mpi = cuda_aware_mpi
+        self.device_args = frozenset(device_args)     # the caller's CuPy arrays (lowering.device_args)
 
     def modifies(self) -> ppl.Modifies:
         return ppl.Modifies.Everything
@@ -273,10 +277,13 @@ class OffloadKernels(ppl.Pass):
                     if not e.data.is_empty():
                         on_gpu.setdefault(e.data.data, n)
         known = program_symbols(sdfg)
+        device_storage(sdfg, self.device_args)     # the caller's device arrays (not allocated here)
         for name, kernel in sorted(on_gpu.items(), key=lambda kv: kv[0]):
             desc = sdfg.arrays[name]
-            if isinstance(desc, dt.Scalar):
-                continue            # passed to kernels by value
+            if isinstance(desc, dt.Scalar) or name in self.device_args:
+                continue            # passed to kernels by value; in the caller's device memory
+            if isinstance(desc, dt.View) and self.device_args and desc.storage == dtypes.StorageType.GPU_Global:
+                continue            # a view of one of the caller's device arrays
             if not desc.transient:
                 raise UnsupportedProgramError(
                     f"target='gpu': kernel `{kernel.label}` reads or writes the program's array `{name}` directly "

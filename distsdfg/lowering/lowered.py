@@ -71,6 +71,9 @@ class Lowered:
     # dace_compat.structure_fingerprint of the SDFG when DaCe validated it (validate_lowered):
     # code generation validates again only if the SDFG changed since; '' when not validated.
     validated: str = ""
+    # target="gpu": the program's arrays (arguments and results at rank 0) that this variant takes
+    # in device memory, as the caller's CuPy arrays (distsdfg.lowering.device_args); () for host arrays.
+    device_args: Tuple[str, ...] = ()
 
     @property
     def nprocs(self) -> int:

@@ -211,13 +211,15 @@ def _data_steps(sdfg: SDFG, specs):
                 yield st, node, spec, ins, outs
 
 
-def alias_whole_blocks(sdfg: SDFG, low) -> int:
+def alias_whole_blocks(sdfg: SDFG, low, only=None) -> int:
     """One rank: drop the scatter, gather and one-rank reduce steps between a whole argument (or
     result) and a kernel's local buffer of the same shape; the kernel uses the argument's memory.
 
     Only where that cannot change a value: an input the program never writes, a result written
     once and never read, a local buffer used in the step's state only (by the kernel and the step).
-    Returns how many steps were removed; the others keep their copies."""
+    ``only``: the arguments and results to consider (all when None; the GPU's device-argument
+    variant passes the arrays it takes in device memory, ``lowering.device_args``); views of
+    results are left alone then. Returns how many steps were removed; the others keep their copies."""
     from dace import data as dt
     from dace.sdfg import nodes
 
@@ -237,6 +239,8 @@ def alias_whole_blocks(sdfg: SDFG, low) -> int:
         src, dst = ins[0].src, outs[0].dst
         glob, loc = (src, dst) if spec.kind == "scatter" else (dst, src)
         if not (isinstance(glob, nodes.AccessNode) and isinstance(loc, nodes.AccessNode)):
+            continue
+        if only is not None and glob.data not in only:
             continue
         gd, ld = sdfg.arrays[glob.data], sdfg.arrays[loc.data]
         if (not ld.transient or type(ld) is not dt.Array or where.get(loc.data) != {id(st)}

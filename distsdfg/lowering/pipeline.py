@@ -11,7 +11,7 @@ loops, branches or placed arguments) → matrix products DaCe would misread as m
 from __future__ import annotations
 
 import hashlib
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import dace
 from dace.sdfg import SDFG
@@ -69,14 +69,17 @@ def validate_lowered(sdfg: SDFG, original: str, schedule: Schedule) -> None:
 
 
 def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host",
-               optimize: Optional[bool] = None, nprocs: Optional[int] = None, validate: bool = True) -> SDFG:
+               optimize: Optional[bool] = None, nprocs: Optional[int] = None, validate: bool = True,
+               device_args: Tuple[str, ...] = ()) -> SDFG:
     """``comm``: where communication steps find their local buffers (``Lowered.comm``): "host",
     "device" (target gpu: GPU buffers to a CUDA-aware MPI) or "emulated" (target cpu: the device
     code path over host memory, for tests). ``optimize``: optimise the ranks' kernels after
     tiling (``distsdfg.lowering.optimize``; None: on unless ``DISTSDFG_OPTIMIZE=0``). ``nprocs``: the
     number of ranks the caller planned for (``lower(sdfg, "auto", nprocs=P)``); with 1, whole
     arrays are not copied into local buffers and the program runs on rank 0 alone. ``validate=False``
-    skips DaCe's validation of the result (for copies that are only priced, never compiled)."""
+    skips DaCe's validation of the result (for copies that are only priced, never compiled).
+    ``device_args`` (target gpu): the arrays rank 0 passes whole (and results) that the program
+    takes in device memory, the caller's CuPy arrays (``distsdfg.lowering.device_args``)."""
     from .placement import placed_arrays
     if (comm, target) not in (("host", "cpu"), ("host", "gpu"), ("device", "gpu"), ("emulated", "cpu")):
         raise DistributedLoweringError(f"comm={comm!r} does not go with target={target!r}: device buffers need "
@@ -139,6 +142,8 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     one_rank = nprocs == 1 and target == "cpu" and comm == "host" and enabled(optimize)
     if one_rank:
         tag += "+one-rank"
+    if device_args:
+        tag += f"+device({','.join(sorted(device_args))})"
     sdfg.name = f"{original}_d{_schedule_hash(original, schedule, tag, sorted(placed))}"
     sdfg._distsdfg = Lowered(schedule.with_sdfg(original) if schedule.sdfg is None else schedule, original,
                              rw.steps, kgrids, even_checks, target, getattr(rw, "home_specs", list)(),
@@ -152,9 +157,12 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
             optimize_lowered(sdfg, sdfg._distsdfg, straight=linear and not placed, one_rank=one_rank)
         from .buffers import persist_step_buffers
         persist_step_buffers(sdfg)              # the steps' host buffers: allocated once, not per call
+    if device_args:       # the caller's CuPy arrays: kernels use them in place on one rank
+        from .device_args import ArgumentsOnDevice
+        ArgumentsOnDevice(device_args, straight=linear and not placed, optimize=enabled(optimize)).apply_pass(sdfg, {})
     if target == "gpu":
         from .gpu import OffloadKernels      # home buffers stay on the GPU; steps in loops are staged too
-        OffloadKernels(cuda_aware_mpi=comm == "device").apply_pass(sdfg, {})
+        OffloadKernels(cuda_aware_mpi=comm == "device", device_args=device_args).apply_pass(sdfg, {})
     elif comm == "emulated":
         from .gpu import DeviceBufferComm
         DeviceBufferComm("emulated").apply_pass(sdfg, {})

@@ -59,12 +59,61 @@ def _is_cupy(value) -> bool:
     return type(value).__module__.split(".")[0] == "cupy" and hasattr(value, "get")
 
 
+def _on_device(value) -> bool:
+    """A CuPy array whose device pointer a compiled program can take (``__cuda_array_interface__``)."""
+    return _is_cupy(value) and hasattr(value, "__cuda_array_interface__")
+
+
+def _is_array(value) -> bool:
+    return isinstance(value, np.ndarray) or _on_device(value)
+
+
+def _to_host(kwargs: Dict[str, Any], keep=()) -> Dict[str, Any]:
+    """Replace this rank's CuPy arguments in ``kwargs`` (but those named in ``keep``) by host copies
+    (``.get()``); returns the CuPy ones replaced."""
+    devices = {k: v for k, v in kwargs.items() if _is_cupy(v) and k not in keep}
+    kwargs.update({k: v.get() for k, v in devices.items()})
+    return devices
+
+
+def _wait_for_callers_stream() -> None:
+    """The caller's CuPy work that fills the device arguments may still be queued on CuPy's current
+    stream, and the compiled program runs on DaCe's own streams, created non-blocking (they do not
+    wait for other streams): finish that work first. (The program waits for its own streams before
+    it returns, so its results are complete when the caller gets them.)"""
+    import cupy
+    cuda = getattr(cupy, "cuda", None)
+    if cuda is not None:
+        cuda.get_current_stream().synchronize()
+
+
+def _back_to_device(devices: Dict[str, Any], kwargs: Dict[str, Any], written, out):
+    """After a call on host copies: the arrays the program wrote copied into the caller's CuPy
+    arrays, its results as CuPy arrays."""
+    import cupy
+    for k, v in devices.items():
+        if k in written:
+            host, shape = kwargs[k], getattr(v, "shape", None)
+            if shape is not None and getattr(host, "shape", shape) != shape:    # passed with size-1 dimensions
+                host = host.reshape(shape)
+            if hasattr(v, "set"):       # CuPy: one host-to-device copy into the caller's array
+                v.set(np.ascontiguousarray(host))
+            else:
+                v[...] = cupy.asarray(host)
+    if isinstance(out, tuple):
+        return tuple(cupy.asarray(o) if isinstance(o, np.ndarray) else o for o in out)
+    return cupy.asarray(out) if isinstance(out, np.ndarray) else out
+
+
 class DistributedProgram:
     """A lowered SDFG compiled once; call it on every rank with the same arguments.
 
-    Arguments are NumPy arrays or, on GPU machines, CuPy arrays: those are copied to the host for
-    the call (communication is staged through host memory), arrays the program writes are copied
-    back into them, and the results come back as CuPy arrays.
+    Arguments are NumPy arrays or, on GPU machines, CuPy arrays. A program lowered for the GPU
+    called with CuPy arrays on rank 0 runs a variant that takes them in device memory where it can
+    (``distsdfg.lowering.device_args``: one rank, or ``cuda_aware_mpi=True``), compiled at the
+    first such call; otherwise, and for CPU programs, CuPy arguments are copied to the host for the
+    call, arrays the program writes are copied back into them, and the results come back as CuPy
+    arrays.
     """
 
     def __init__(self, sdfg: SDFG, compiled, comm, threads_per_rank: int = 1):
@@ -80,6 +129,9 @@ class DistributedProgram:
             self._fcomm = int(MPI.COMM_SELF.py2f())
         self._plans: Dict[Tuple, Tuple[np.ndarray, List[ConcreteStep]]] = {}
         self._signatures: Dict[Tuple, Dict[str, Any]] = {}    # checked call signatures -> symbol values
+        # Device-argument variants (distsdfg.lowering.device_args) by the arrays they take on the
+        # device; None where the variant cannot run here (the call goes through the host).
+        self._variants: Dict[Tuple[str, ...], Optional["DistributedProgram"]] = {}
         # The per-rank symbols the compiled program takes packed in one array, in order (or None).
         self._packed = packed_names(compiled.sdfg) if getattr(compiled, "sdfg", None) is not None else None
 
@@ -103,7 +155,7 @@ class DistributedProgram:
                     f"size symbols are passed by name too)")
         for name, desc in self._arglist.items():
             if name in kwargs and kwargs[name] is not None and not isinstance(desc, dt.Scalar) \
-                    and name not in self.lowered.boundary and not isinstance(kwargs[name], np.ndarray):
+                    and name not in self.lowered.boundary and not _is_array(kwargs[name]):
                 return (f"argument `{name}` must be a NumPy array of shape {tuple(desc.shape)}, got "
                         f"{type(kwargs[name]).__name__}; convert it with np.asarray")
             if name in RUNTIME_ARGS or isinstance(desc, dt.Scalar) and name not in kwargs and name in sdfg.symbols:
@@ -127,7 +179,7 @@ class DistributedProgram:
             desc = self.sdfg.arrays.get(name)
             if desc is None or isinstance(desc, dt.Scalar) or name in self.lowered.boundary:
                 continue
-            if not isinstance(arr, np.ndarray):
+            if not _is_array(arr):
                 return f"argument `{name}` must be a NumPy array, got {type(arr).__name__}"
             try:
                 want = tuple(evaluate(str(s), values) for s in desc.shape)
@@ -206,21 +258,31 @@ class DistributedProgram:
             if twice:
                 raise InputError(f"argument `{twice[0]}` is given both by position and by name")
             kwargs.update(dict(zip(names, args)))
-        devices = {k: v for k, v in kwargs.items() if _is_cupy(v)}
+        if self.lowered.target == "gpu" and not getattr(self.lowered, "deferred", False):
+            return self._call(kwargs)      # CuPy arguments stay on the device where they can (_call)
+        devices = _to_host(kwargs)
         if not devices:
             return self._call(kwargs)
-        import cupy
-        kwargs.update({k: v.get() for k, v in devices.items()})
-        out = self._call(kwargs)
-        for k, v in devices.items():
-            if k in self._written:
-                new, shape = cupy.asarray(kwargs[k]), getattr(v, "shape", None)
-                if shape is not None and getattr(new, "shape", shape) != shape:    # passed with size-1 dimensions
-                    new = new.reshape(shape)
-                v[...] = new
-        if isinstance(out, tuple):
-            return tuple(cupy.asarray(o) if isinstance(o, np.ndarray) else o for o in out)
-        return cupy.asarray(out) if isinstance(out, np.ndarray) else out
+        return _back_to_device(devices, kwargs, self._written, self._call(kwargs))
+
+    def device_variant(self, names: Tuple[str, ...]) -> Optional["DistributedProgram"]:
+        """Collective: the variant of this GPU program that takes the arrays ``names`` in device
+        memory (``distsdfg.lowering.device_args``), lowered and compiled at its first use on every
+        rank; None where it cannot run on this communicator or the lowering refuses it (the call
+        then goes through the host)."""
+        if names not in self._variants:
+            from ..lowering.device_args import usable
+            from ..lowering.pipeline import lower_sdfg
+            low = self.lowered
+            try:
+                sdfg = lower_sdfg(dc.from_json(low.source), low.schedule, target="gpu", comm=low.comm,
+                                  device_args=names)
+            except errors.UnsupportedProgramError:
+                sdfg = None
+            ok = sdfg is not None and usable(sdfg._distsdfg, self.comm.size)
+            self._variants[names] = compile_distributed(sdfg, comm=self.comm,
+                                                        threads_per_rank=self.threads_per_rank) if ok else None
+        return self._variants[names]
 
     def _checked(self, kwargs, arrays, given, P):
         """Rank 0: (symbol values, error or None, arguments to reshape) of a call. A warm call with
@@ -274,23 +336,42 @@ class DistributedProgram:
             if self.lowered.comm == "device":
                 require_cuda_aware_mpi(self.lowered.original_name)
         comm, rank, P = self.comm, self.comm.rank, self.comm.size
-        arrays = {k: v for k, v in kwargs.items() if isinstance(v, np.ndarray) and k not in self.lowered.boundary}
-        given = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k in self.sdfg.symbols}
-        error, values, reshapes = None, None, None
+        arrays = {k: v for k, v in kwargs.items() if _is_array(v) and k not in self.lowered.boundary}
+        given = {k: v for k, v in kwargs.items() if not _is_array(v) and k in self.sdfg.symbols}
+        error, values, reshapes, variant = None, None, None, ()
         if rank == 0:
             values, error, reshapes = self._checked(kwargs, arrays, given, P)
             if error is None and getattr(self.lowered, "data_bounds", None):
                 values, error = inspect_call(self.lowered, arrays, values, P)
+            if len(arrays) > len([a for a in arrays.values() if isinstance(a, np.ndarray)]):
+                variant = self._variant_arguments(arrays)
         # Scalar arguments steer loops and branches: every rank takes rank 0's.
-        scalars = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k not in self.sdfg.symbols}
-        error, values, scalars, reshapes = comm.bcast((error, values, scalars if rank == 0 else None, reshapes),
-                                                      root=0)
+        scalars = {k: v for k, v in kwargs.items() if not _is_array(v) and k not in self.sdfg.symbols}
+        error, values, scalars, reshapes, variant = comm.bcast(
+            (error, values, scalars if rank == 0 else None, reshapes, variant), root=0)
         if error is not None:
             raise getattr(errors, error[0], InputError)(error[1])
+        if variant and variant != self.lowered.device_args:    # rank 0 passed CuPy arrays
+            program = self.device_variant(variant)
+            if program is not None:
+                return program._call(kwargs)
+        if self.lowered.target == "gpu":    # what no variant takes on the device goes through the host
+            devices = _to_host(kwargs, self.lowered.device_args)
+            if devices:
+                out = self._run(kwargs, values, scalars, reshapes, t_call)
+                return _back_to_device(devices, kwargs, self._written, out)
+        return self._run(kwargs, values, scalars, reshapes, t_call)
+
+    def _variant_arguments(self, arrays) -> Tuple[str, ...]:
+        from ..lowering.device_args import variant_arguments
+        return variant_arguments(self.sdfg, self.lowered, [k for k, v in arrays.items() if _on_device(v)])
+
+    def _run(self, kwargs, values, scalars, reshapes, t_call):
+        comm, rank = self.comm, self.comm.rank
         kwargs.update(scalars)
         for name, shape in reshapes.items():     # size-1 dimensions only: a view of the same memory
             a = kwargs.get(name)
-            if isinstance(a, np.ndarray) and a.shape != shape and a.size == int(np.prod(shape)):
+            if _is_array(a) and a.shape != shape and a.size == int(np.prod(shape)):
                 kwargs[name] = a.reshape(shape)
         if self.lowered.rank0_only and rank != 0:
             return self._root_args.nothing()
@@ -316,6 +397,8 @@ class DistributedProgram:
             call[PACKED] = np.fromiter((call[s] for s in self._packed), np.int64, len(self._packed))
         self._reinitialise_if_sizes_changed(call)
         blas.use_threads(self.threads_per_rank)
+        if self.lowered.device_args and any(_is_cupy(call.get(a)) for a in self.lowered.device_args):
+            _wait_for_callers_stream()
         dc.fresh_return_arrays(self._compiled)     # results are handed over, not copied
         t_program = time.perf_counter()
         if blocks or reshapes:      # a rank's block is often a view (a slice of a memory map); a reshaped

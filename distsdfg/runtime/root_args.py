@@ -21,7 +21,8 @@ from ..lowering.rewriter import PLAN_ARRAY, Lowered
 from ..mpi import DistributedMemlet
 from ..values.plan import ALL_HOME, StepSpec, evaluate
 
-__all__ = ["RootArguments", "rank0_only_arrays", "check_blocks", "missing_replicas", "replica_values", "unequal_replicas"]
+__all__ = ["RootArguments", "DeviceStandIn", "rank0_only_arrays", "check_blocks", "missing_replicas", "replica_values",
+           "unequal_replicas"]
 
 
 def _every_rank(step: StepSpec) -> bool:
@@ -52,6 +53,19 @@ def rank0_only_arrays(sdfg: SDFG, low: Lowered) -> FrozenSet[str]:
     return frozenset(args - touched)
 
 
+class DeviceStandIn:
+    """What a non-root rank passes for an array rank 0 passes in device memory (``GPU_Global``, the
+    device-argument variant: ``distsdfg.lowering.device_args``): the address of a host stand-in,
+    offered as DaCe takes device arrays (``__cuda_array_interface__``). The steps on device buffers
+    hand it to MPI on non-root ranks, which never follows it; a full-size stand-in (an array other
+    code touches on every rank) is host memory that ``cudaMemcpyDefault`` copies from correctly."""
+
+    def __init__(self, host: np.ndarray):
+        self.host = host
+        self.__cuda_array_interface__ = {"shape": host.shape, "typestr": host.dtype.str, "version": 3,
+                                         "data": (host.__array_interface__["data"][0], False), "strides": None}
+
+
 class RootArguments:
     """One program's arguments at rank 0: what stands in for them on the other ranks."""
 
@@ -77,11 +91,14 @@ class RootArguments:
 
     def fill(self, call: Dict, values: Dict[str, int]) -> None:
         """Non-root rank: a stand-in for every argument at rank 0 that this rank left out or passed as None."""
+        from dace import dtypes
         for name in self.arrays:
             if call.get(name) is None:
                 arr = self.stand_in(name, values)
                 if arr is None:
                     call.pop(name, None)
+                elif self.arrays[name].storage == dtypes.StorageType.GPU_Global:
+                    call[name] = DeviceStandIn(arr)
                 else:
                     call[name] = arr
 

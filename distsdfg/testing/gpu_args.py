@@ -7,7 +7,11 @@ With ``cpu`` the same calls run on a target="cpu" lowering (NumPy arrays): its r
 buffers are persistent too (``distsdfg.lowering.buffers``) and must be re-made when sizes change.
 
 Uses CuPy arrays on rank 0 when CuPy imports, NumPy arrays otherwise; rank 0 writes one JSON
-record per check (``kind`` is the array module of what came back).
+record per check (``kind`` is the array module of what came back; ``host_copies``: how many CuPy
+arguments the call copied to the host, ``distsdfg.runtime.program._to_host``, the only place
+distsdfg does; ``variant``: whether the call ran the device-argument variant,
+``distsdfg.lowering.device_args``). At one rank CuPy calls copy nothing; on more ranks (staged
+communication) each CuPy argument is copied to the host once.
 """
 import json
 import sys
@@ -35,11 +39,23 @@ def main(path: str, target: str = "gpu") -> None:
 
     import distsdfg
     from distsdfg.testing.programs import get
+    from distsdfg.runtime import program as program_module
     comm = MPI.COMM_WORLD
     P = comm.size
     xp = _module() if target == "gpu" else np
     rng = np.random.default_rng(7)
     records = []
+    copied = []
+    to_host = program_module._to_host
+
+    def counted(kwargs, keep=()):
+        moved = to_host(kwargs, keep)
+        copied.extend(moved)
+        return moved
+    program_module._to_host = counted
+
+    def ran_variant(prog):
+        return any(v is not None for v in getattr(prog, "_variants", {}).values())
 
     # matmul, rows split: CuPy A and B on rank 0, the product comes back as a CuPy array;
     # then two more calls with other sizes (the persistent buffers are re-made).
@@ -49,10 +65,12 @@ def main(path: str, target: str = "gpu") -> None:
     matmul = distsdfg.compile(sdfg, comm=comm)
     for m, k, n in ((256, 192, 128), (64, 48, 40), (256, 192, 128)):
         A, B = xp.asarray(rng.random((m, k))), xp.asarray(rng.random((k, n)))
+        copied.clear()
         C = matmul(A=A, B=B)
         if comm.rank == 0:
             records.append({"check": f"matmul {m}x{k}x{n}", "kind": type(C).__module__.split(".")[0],
-                            "rel_err": _rel_err(xp, C, A @ B)})
+                            "rel_err": _rel_err(xp, C, A @ B), "host_copies": len(copied),
+                            "variant": ran_variant(matmul)})
 
     # an argument written in place (B = 2 A + 1, rows split): the CuPy array itself is updated.
     p = get("affine")
@@ -62,10 +80,14 @@ def main(path: str, target: str = "gpu") -> None:
     affine = distsdfg.compile(sdfg, comm=comm)
     A = xp.asarray(rng.random((64, 64)))
     B = xp.zeros((64, 64))
+    copied.clear()
     affine(A=A, B=B)
     if comm.rank == 0:
         records.append({"check": "affine in place", "kind": type(B).__module__.split(".")[0],
-                        "rel_err": _rel_err(xp, B, 2.0 * A + 1.0)})
+                        "rel_err": _rel_err(xp, B, 2.0 * A + 1.0), "host_copies": len(copied),
+                        "variant": ran_variant(affine)})
+    program_module._to_host = to_host
+    if comm.rank == 0:
         with open(path, "w") as f:
             json.dump(records, f, indent=1)
         for r in records:

@@ -3,7 +3,9 @@
     mpiexec -n 4 python -m mpi4py -m distsdfg.testing.gpu_emulated [--on-gpu] OUT.json 'staged|loop|jacobi1d:*=4' ...
 
 A case is ``MODE|SUITE|CASE``. Every case is lowered with ``target="gpu"`` (``MODE`` ``staged``:
-communication through pinned host copies; ``device``: ``cuda_aware_mpi=True``) and then made to run
+communication through pinned host copies; ``device``: ``cuda_aware_mpi=True``; either with ``+args``:
+the variant a call with CuPy arrays runs, every argument and result in device memory,
+``distsdfg.lowering.device_args``) and then made to run
 on the host by :func:`distsdfg.lowering.gpu.emulate_on_host`: the same buffers, staging copies and steps, with
 device memory replaced by host memory (steps on device buffers run the runtime's device code path,
 ``EmulatedDeviceMem``). ``SUITE`` ``loop`` runs ``CASE`` like ``distsdfg.testing.mpirun`` (inputs on
@@ -26,12 +28,19 @@ PLACEMENT = {
 
 
 def _gpu_lower(mode: str, emulate: bool = True):
-    """A lowering with target="gpu" in ``mode``, then (``emulate``) made to run on the host."""
-    import distsdfg
+    """A lowering with target="gpu" in ``mode``, then (``emulate``) made to run on the host. A mode
+    ending in ``+args`` lowers the variant that takes every argument and result in device memory
+    (``distsdfg.lowering.device_args``: what a call with CuPy arrays runs), root placement only."""
+    from ..lowering.device_args import root_arrays
     from ..lowering.gpu import emulate_on_host
+    from ..lowering.pipeline import lower_sdfg
+    from ..values.schedule import as_schedule
+    comm, _, args = mode.partition("+")
 
     def lower(sdfg, sched, placement=None):
-        distsdfg.lower(sdfg, sched, target="gpu", cuda_aware_mpi=mode == "device", placement=placement)
+        names = tuple(sorted(root_arrays(sdfg))) if args else ()
+        lower_sdfg(sdfg, as_schedule(sched), target="gpu", comm="device" if comm == "device" else "host", placement=placement,
+                   device_args=names)
         return emulate_on_host(sdfg) if emulate else sdfg
     return lower
 
@@ -64,8 +73,10 @@ def _lowering(mode: str, emulate: bool = True):
 def run(case: str, comm, tag: int = 0, emulate: bool = True) -> dict:
     from distsdfg.testing import mpirun, placement_run
     mode, suite, text = case.split("|", 2)
-    if mode not in ("staged", "device") or suite not in ("loop", "placement"):
-        raise ValueError(f"case {case!r}: expected staged|device, then loop|placement")
+    if mode not in ("staged", "device", "staged+args", "device+args") or suite not in ("loop", "placement") \
+            or (mode.endswith("+args") and suite != "loop"):
+        raise ValueError(f"case {case!r}: expected staged|device (+args: arguments in device memory, loop suite "
+                         f"only), then loop|placement")
     with _lowering(mode, emulate):
         rec = mpirun.run_case(text, comm) if suite == "loop" else placement_run.run_case(text, comm, tag)
     if comm.rank == 0:

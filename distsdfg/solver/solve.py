@@ -18,7 +18,7 @@ import numpy as np
 from dace.sdfg import SDFG
 
 from .. import errors
-from ..geometry.boxes import common_refinement, intersect, reshape_box
+from ..geometry.boxes import common_refinement, intersect, reshape_alloc, reshape_box
 from ..geometry.boxindex import any_overlap
 from ..checks import require_sdfg
 from ..errors import DistributedLoweringError, ScheduleError, SizeError
@@ -86,9 +86,7 @@ def _unclipped_blocks(lay, array, values, nranks, gshape, homes):
             if _box(b) is None:
                 out.append(empty)
                 continue
-            if any(o < 0 or o + n > v for o, n, v in zip(b.origin, lshape, vshape)):
-                raise ValueError("the local buffer reaches past the array")
-            alloc = reshape_box((b.origin, lshape), vshape, gshape)
+            alloc = reshape_alloc((b.origin, lshape), vshape, gshape)
             box = reshape_box(_box(b), vshape, gshape)
         except ValueError as exc:
             raise ScheduleError(
@@ -156,9 +154,7 @@ def _refined_layouts(spec: StepSpec, values, nranks, ashape, homes=None):
                 shapes.append(zero if lay.home and 0 in lshape else tuple(1 for _ in fine))
                 continue
             try:
-                if any(o < 0 or o + n > v for o, n, v in zip(b.origin, lshape, shape)):
-                    return None
-                alloc = reshape_box((b.origin, lshape), shape, fine)
+                alloc = reshape_alloc((b.origin, lshape), shape, fine)
                 box = reshape_box(_box(b), shape, fine)
             except ValueError:
                 return None

@@ -169,6 +169,16 @@ def test_reshape_of_a_buffer_that_reaches_past_the_array():
     assert reshape_alloc(((2, 0), (2, 15)), (7, 15), (7, 5, 3)) == reshape_box(((2, 0), (2, 15)), (7, 15), (7, 5, 3))
 
 
+def test_a_split_across_merged_dimensions_names_the_splits_that_work():
+    # (b, h) = (2, 3) merged to 6 and split 4 ways: blocks of 2, the second (2:4) crosses from b=0
+    # to b=1. "Split evenly" would mislead (3 parts are even and fail too): the remedy lists them.
+    from distsdfg.solver.solve import _splits_that_work
+    msg = _splits_that_work((6, 8, 9), (2, 3, 8, 9), (2, 8, 9))
+    assert "dimension 0 of the view (extent 6) into one of [1, 2, 6] parts" in msg
+    assert "[1, 2, 4, 5, 12]" in _splits_that_work((12, 5), (4, 3, 5), (3, 5))     # blocks of 3 (4 and 5 parts), 6, 12 rows
+    assert "whole rows" in _splits_that_work((6, 8), (2, 3, 8), (2, 4))     # two dimensions split
+
+
 def test_comm_plan_json_round_trip():
     for src, op, dst in [(ROWS, None, COLS), (FULL, "sum", ROWS), (ROWS, None, FULL)]:
         plan = plan_redistribution("X", src, dst, op)

@@ -175,7 +175,7 @@ def test_a_split_across_merged_dimensions_names_the_splits_that_work():
     from distsdfg.solver.solve import _splits_that_work
     msg = _splits_that_work((6, 8, 9), (2, 3, 8, 9), (2, 8, 9))
     assert "dimension 0 of the view (extent 6) into one of [1, 2, 6] parts" in msg
-    assert "[1, 2, 4, 5, 12]" in _splits_that_work((12, 5), (4, 3, 5), (3, 5))     # blocks of 3 (4 and 5 parts), 6, 12 rows
+    assert "[1, 2, 4, 5, 12]" in _splits_that_work((12, 5), (4, 3, 5), (3, 5))  # blocks of 12, 6, 3 or 1 rows
     assert "whole rows" in _splits_that_work((6, 8), (2, 3, 8), (2, 4))     # two dimensions split
 
 

@@ -70,3 +70,24 @@ def test_spmv_overlapping_row_pointer(programs):
     # A_row of rank r covers its rows plus one: the blocks of neighbours overlap by one entry.
     assert c["A_row"][0] == ["A_row[r0*int_ceil(SM,4):Min(SM-1,r0*int_ceil(SM,4)+int_ceil(SM,4)-1)+2]"]
     assert c["b" if "b" in c else "__return"][1].endswith("+1]")
+
+
+def test_union_of_images_with_a_rank_bound_keeps_the_larger(programs):
+    # `C[i, j] = A[i, j] + A[j, i]` with j split 4 ways: rank r reads A[:, 8r:8r+8] and
+    # A[8r:8r+8, :]. DaCe's union (optimizer.symbolic_positive) took the rank's bound 8*r + 7 over
+    # 29 and gave A[0:8r+8, 0:8r+8]: rows the rank reads never arrived (hK's sweep, rel. err 1e294).
+    from distsdfg.solver.solve import solve_step
+    sd = programs.get("sym_lower").sdfg()
+    key = [m.key for m in distsdfg.maps(sd) if "sym_lower" in m.label][0]
+    distsdfg.lower(sd, {key: (1, 4)})
+    for s in sd._distsdfg.steps:
+        if s.kind == "scatter" and s.array == "A":
+            blocks = solve_step(s, {}, 4).blocks
+            for r, b in enumerate(blocks):
+                lo, hi = 8 * r, min(8 * r + 8, 30)
+                # the block must hold A[lo:30, lo:hi] and A[lo:hi, lo:30] (the lower triangle's reads)
+                assert b.origin[0] <= lo and b.origin[1] <= lo, (r, b)
+                assert b.origin[0] + b.size[0] >= 30 and b.origin[1] + b.size[1] >= 30, (r, b)
+            break
+    else:
+        raise AssertionError("no scatter of A")

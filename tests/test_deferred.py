@@ -68,6 +68,23 @@ def test_lower_auto_without_sizes_plans_at_the_first_call():
     assert got
 
 
+def test_deferred_program_keeps_the_program_as_given():
+    # A failed planning attempt (no sizes) ran the analysis passes on the SDFG in place; that
+    # changed SDFG, through JSON, lowered to a wrong program (hK's sweep: a `while` loop over a
+    # scalar ran once, rel. err 0.52 on 3 ranks; DaCe 1.0.2 alone gets it wrong the same way). The
+    # deferred source is the SDFG from before planning.
+    from distsdfg import dace_compat as dc
+    warnings.simplefilter("ignore")
+    fresh = get("jacobi_conv").sdfg()
+    sdfg = get("jacobi_conv").sdfg()
+    distsdfg.lower(sdfg, "auto", nprocs=3)
+    assert isinstance(sdfg._distsdfg, Deferred)
+
+    def nodes(g):
+        return sorted(f"{type(n).__name__}:{n}" for n, _ in g.all_nodes_recursive())
+    assert nodes(dc.from_json(sdfg._distsdfg.source)) == nodes(fresh)
+
+
 def test_lower_auto_with_concrete_sizes_lowers_now():
     sdfg = _sdfg("add3d")
     distsdfg.lower(sdfg, "auto", nprocs=4)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from distsdfg.errors import UnsupportedProgramError
+from distsdfg.geometry.boxes import reshape_alloc
 from distsdfg.solver.redistribute import plan_redistribution, reshape_box, subtract, volume
 from distsdfg.testing.simulate import grid_blocks, run_plan
 
@@ -154,6 +155,28 @@ def test_reshape_boxes():
     assert reshape_box(((0, 0, 4), (2, 4, 4)), (2, 4, 16), (2, 4, 16, 1)) == ((0, 0, 4, 0), (2, 4, 4, 1))
     with pytest.raises(ValueError):
         reshape_box(((3, 0, 0), (2, 16, 8)), (8, 16, 8), (2, 4, 16, 8))
+
+
+def test_reshape_of_a_buffer_that_reaches_past_the_array():
+    # The last rank's buffer of an uneven split: along a dimension the reshape keeps, the overrun
+    # carries over; along a merged one the elements past the end belong to no box.
+    assert reshape_alloc(((6, 0), (2, 15)), (7, 15), (7, 5, 3)) == ((6, 0, 0), (2, 5, 3))
+    assert reshape_alloc(((0, 4), (2, 4)), (7, 6), (7, 6, 1)) == ((0, 4, 0), (2, 4, 1))
+    with pytest.raises(ValueError, match="merges or splits"):
+        reshape_alloc(((0, 12), (7, 4)), (7, 15), (7, 5, 3))
+    with pytest.raises(ValueError, match="before the array"):
+        reshape_alloc(((-1, 0), (2, 15)), (7, 15), (7, 5, 3))
+    assert reshape_alloc(((2, 0), (2, 15)), (7, 15), (7, 5, 3)) == reshape_box(((2, 0), (2, 15)), (7, 15), (7, 5, 3))
+
+
+def test_a_split_across_merged_dimensions_names_the_splits_that_work():
+    # (b, h) = (2, 3) merged to 6 and split 4 ways: blocks of 2, the second (2:4) crosses from b=0
+    # to b=1. "Split evenly" would mislead (3 parts are even and fail too): the remedy lists them.
+    from distsdfg.solver.solve import _splits_that_work
+    msg = _splits_that_work((6, 8, 9), (2, 3, 8, 9), (2, 8, 9))
+    assert "dimension 0 of the view (extent 6) into one of [1, 2, 6] parts" in msg
+    assert "[1, 2, 4, 5, 12]" in _splits_that_work((12, 5), (4, 3, 5), (3, 5))  # blocks of 12, 6, 3 or 1 rows
+    assert "whole rows" in _splits_that_work((6, 8), (2, 3, 8), (2, 4))     # two dimensions split
 
 
 def test_comm_plan_json_round_trip():

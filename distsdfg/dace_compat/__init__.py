@@ -8,6 +8,7 @@ import dace
 import sympy
 from dace import data as dt
 from dace import dtypes, subsets, symbolic
+from dace.config import Config
 from dace.sdfg import SDFG, SDFGState, nodes
 from dace.sdfg import propagation as _propagation
 from dace.sdfg import utils as sdutil
@@ -183,13 +184,25 @@ def propagate_wcr_outward(sdfg: SDFG) -> int:
 
 def propagate(memlets: Sequence[dace.Memlet], arr: dt.Data, params: Sequence[str],
               rng: subsets.Range) -> dace.Memlet:
-    """Image of ``memlets`` over the iteration range ``rng`` of ``params``."""
+    """Image of ``memlets`` over the iteration range ``rng`` of ``params``.
+
+    DaCe's setting ``optimizer.symbolic_positive`` (on by default) makes the union of several
+    memlets' images take a symbolic bound over a number as the larger one: ``A[i, j]`` and
+    ``A[j, i]`` over ``i in [0, 29]``, ``j`` in a rank's block ``[8*r, 8*r + 7]``, give
+    ``A[0:8*r + 8, 0:8*r + 8]`` instead of ``A[0:30, 0:30]`` (rows the rank reads never arrive: a
+    wrong answer). Rank-tiled bounds are below the array's extent, so the union here takes
+    ``Min``/``Max`` of the bounds it cannot compare."""
     defined = set(rng.free_symbols)
     for m in memlets:
         defined |= set(m.free_symbols)
     defined -= set(params)
     defined = set(symbolic.pystr_to_symbolic(p) for p in defined)
-    return _propagation.propagate_subset(list(memlets), arr, list(params), rng, defined_variables=defined)
+    old = Config.get("optimizer", "symbolic_positive")
+    Config.set("optimizer", "symbolic_positive", value=False)
+    try:
+        return _propagation.propagate_subset(list(memlets), arr, list(params), rng, defined_variables=defined)
+    finally:
+        Config.set("optimizer", "symbolic_positive", value=old)
 
 
 def reduction_op(wcr: Optional[str]) -> Optional[str]:

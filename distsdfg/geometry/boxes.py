@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["Box", "row_major_strides", "volume", "normalize", "intersect", "contains", "subtract", "dim_groups", "reshape_box",
+__all__ = ["Box", "row_major_strides", "volume", "normalize", "intersect", "contains", "subtract", "dim_groups", "reshape_box", "reshape_alloc",
            "common_refinement"]
 
 
@@ -120,6 +120,35 @@ def reshape_box(box: Optional[Box], vshape: Sequence[int], tshape: Sequence[int]
         return None
     return _reshape_box(tuple(tuple(int(x) for x in part) for part in box), tuple(int(n) for n in vshape),
                         tuple(int(n) for n in tshape))
+
+
+def reshape_alloc(box: Box, vshape: Sequence[int], tshape: Sequence[int]) -> Box:
+    """A rank's local buffer ``box`` of an array of shape ``vshape`` seen through a reshape to ``tshape``.
+
+    Unlike a block, a buffer may reach past the end of the array: the last rank of an uneven split
+    (7 rows split 4 ways: buffers of 2 rows, the last holding 1) keeps the other ranks' buffer
+    shape. That is fine along a dimension the reshape keeps as it is ((7, 15) -> (7, 5, 3): the
+    buffer (6, 0) + (2, 15) is (6, 0, 0) + (2, 5, 3)); along a merged or split dimension the
+    elements past the end would belong to no box, and ValueError says so.
+    """
+    vshape, tshape = [int(n) for n in vshape], [int(n) for n in tshape]
+    groups = dim_groups(vshape, tshape)
+    if groups is None:
+        raise ValueError(f"shapes {tuple(vshape)} and {tuple(tshape)} are not reshapes of each other")
+    if any(int(a) < 0 for a in box[0]):
+        raise ValueError("the local buffer starts before the array")
+    for gv, gt in groups:
+        for d in gv:
+            over = int(box[0][d]) + int(box[1][d]) - vshape[d]
+            if over <= 0:
+                continue
+            same = [e for e in gt if tshape[e] != 1]         # unit dimensions (keepdims) aside
+            if [c for c in gv if vshape[c] != 1] != [d] or len(same) != 1 or tshape[same[0]] != vshape[d]:
+                raise ValueError("the local buffer reaches past the array along a dimension the reshape merges "
+                                 "or splits")
+            vshape[d] += over                   # the same dimension on both sides: extend both alike
+            tshape[same[0]] += over
+    return reshape_box(box, vshape, tshape)
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -18,7 +18,7 @@ import numpy as np
 from dace.sdfg import SDFG
 
 from .. import errors
-from ..geometry.boxes import common_refinement, intersect, reshape_box
+from ..geometry.boxes import common_refinement, intersect, reshape_alloc, reshape_box
 from ..geometry.boxindex import any_overlap
 from ..checks import require_sdfg
 from ..errors import DistributedLoweringError, ScheduleError, SizeError
@@ -59,6 +59,30 @@ def _layout_blocks(lay, array: str, values, nranks, gshape, homes=None):
     return tuple(out), lshape
 
 
+def _splits_that_work(vshape, gshape, lshape) -> str:
+    """The remedy for a split of a reshaped view whose blocks are no boxes of the array: for the one
+    view dimension split, the numbers of parts whose every block is one ((2, 3) merged to 6: 1, 2
+    or 6 parts; 3 parts give the block 2:4, which crosses a row of 3); else the general rule."""
+    split = [d for d, (n, v) in enumerate(zip(lshape, vshape)) if n < v]
+    if len(split) != 1:
+        return "split the merged dimensions in whole rows of their inner dimensions, or not at all"
+    d, v = split[0], vshape[split[0]]
+    good = []
+    for parts in range(1, v + 1):
+        step = -(-v // parts)
+        try:
+            for lo in range(0, v, step):
+                origin = tuple(lo if k == d else 0 for k in range(len(vshape)))
+                size = tuple(min(step, v - lo) if k == d else vshape[k] for k in range(len(vshape)))
+                reshape_box((origin, size), vshape, gshape)
+                reshape_alloc((origin, tuple(step if k == d else vshape[k] for k in range(len(vshape)))),
+                              vshape, gshape)
+        except ValueError:
+            continue
+        good.append(parts)
+    return (f"split dimension {d} of the view (extent {v}) into one of {good} parts (blocks that are whole rows "
+            f"of the merged inner dimensions, or lie within one), or not at all")
+
 def _unclipped_blocks(lay, array, values, nranks, gshape, homes):
     if lay.home:
         return _home_blocks(lay, values, nranks, gshape, homes or {})
@@ -86,15 +110,13 @@ def _unclipped_blocks(lay, array, values, nranks, gshape, homes):
             if _box(b) is None:
                 out.append(empty)
                 continue
-            if any(o < 0 or o + n > v for o, n, v in zip(b.origin, lshape, vshape)):
-                raise ValueError("the local buffer reaches past the array")
-            alloc = reshape_box((b.origin, lshape), vshape, gshape)
+            alloc = reshape_alloc((b.origin, lshape), vshape, gshape)
             box = reshape_box(_box(b), vshape, gshape)
         except ValueError as exc:
             raise ScheduleError(
                 f"`{array}` is used through the reshape {vshape} by `{lay.kernel_label}` (grid {lay.grid}), and the "
-                f"block of rank {q} is not a block of the array's shape {gshape} ({exc}); split the merged "
-                f"dimension evenly, or not at all") from None
+                f"block of rank {q} is not a block of the array's shape {gshape} ({exc}); "
+                f"{_splits_that_work(vshape, gshape, lshape)}") from None
         shapes.add(alloc[1])
         seen[b] = RankBlock(alloc[0], box[0], box[1])
         out.append(seen[b])
@@ -156,9 +178,7 @@ def _refined_layouts(spec: StepSpec, values, nranks, ashape, homes=None):
                 shapes.append(zero if lay.home and 0 in lshape else tuple(1 for _ in fine))
                 continue
             try:
-                if any(o < 0 or o + n > v for o, n, v in zip(b.origin, lshape, shape)):
-                    return None
-                alloc = reshape_box((b.origin, lshape), shape, fine)
+                alloc = reshape_alloc((b.origin, lshape), shape, fine)
                 box = reshape_box(_box(b), shape, fine)
             except ValueError:
                 return None

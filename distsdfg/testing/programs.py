@@ -396,6 +396,14 @@ def _trimul_ref(A, B):
     return np.where(np.tril(np.ones_like(C), -1) > 0, 2.0 * C, C)
 
 
+@dace.program
+def sym_lower(A: dace.float64[30, 30]):
+    C = np.zeros((30, 30))
+    for i, j in dace.map[0:30, 0:30]:
+        if j <= i:
+            C[i, j] = A[i, j] + A[j, i]
+    return C
+
 def _spd(r, n=256):
     m = r.random((n, n))
     return {"A": m @ m.T / n + np.eye(n), "b": r.random(n), "x": np.zeros(n), "iters": np.zeros(1, dtype=np.int64),
@@ -452,6 +460,7 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
     Program("mlp_sgd", mlp_sgd, lambda r: {"x": r.random((64, 32)) - 0.5, "y": r.random((64, 16)),
                                            "W1": r.random((32, 48)) - 0.5, "W2": r.random((48, 16)) - 0.5, "lr": 0.1},
             _mlp_sgd_ref, (("NB", 64), ("NI", 32), ("NHID", 48), ("NO", 16)), outputs=("W1", "W2")),
+    Program("sym_lower", sym_lower, lambda r: {"A": r.random((30, 30))}, lambda A: np.tril(A + A.T)),
     Program("trimul", trimul, lambda r: {"A": r.random((24, 20)), "B": r.random((20, 24))}, _trimul_ref),
     Program("sgd_lr", sgd_lr, lambda r: {"w": r.random(64), "g": r.random(64), "lr": np.full(1, 0.25)},
             lambda w, g, lr: {"w": w - lr[0] * g}, (("N", 64),), outputs=("w",)),

@@ -91,3 +91,31 @@ def test_union_of_images_with_a_rank_bound_keeps_the_larger(programs):
             break
     else:
         raise AssertionError("no scatter of A")
+
+
+def test_strided_image_keeps_its_extent():
+    # DaCe 1.0.2 propagates A[2 * i] over i in [0, 49] to A[0:50] (the step is lost when the index has
+    # no constant term): a kernel left on one rank read half of A (hK's sweep, rel. err 1e133).
+    import dace
+    from dace import subsets
+    from distsdfg import dace_compat as dc
+    from distsdfg.analysis.constraints import propagate_box
+    vec, mat = dace.data.Array(dace.float64, [1000]), dace.data.Array(dace.float64, [1000, 1000])
+
+    def box(expr, desc, ranges):
+        params = ["i", "j"][:len(ranges)]
+        return [tuple(int(x) for x in d) for d in propagate_box([dace.Memlet(f"A[{expr}]")], desc, params,
+                                                                subsets.Range(ranges))]
+    assert box("2 * i", vec, [(0, 49, 1)]) == [(0, 98)]
+    assert box("3 * i", vec, [(0, 49, 1)]) == [(0, 147)]
+    assert box("2 * i, 2 * j", mat, [(0, 9, 1), (0, 9, 1)]) == [(0, 18), (0, 18)]
+    assert box("99 - 2 * i", vec, [(0, 49, 1)]) == [(1, 99)]
+    assert box("2 * i + 1", vec, [(0, 49, 1)]) == [(1, 99)]             # DaCe was right here
+    assert box("2 * i + j", vec, [(0, 9, 1), (0, 9, 1)]) == [(0, 27)]
+    # the whole program: the kernel on one rank (a grid of ones) reads A[0:99], not A[0:50]
+    from distsdfg.testing import programs as progs
+    sd = progs.get("strided_pick").sdfg()
+    key = distsdfg.maps(sd)[0].key
+    c = _constraints(sd, {key: (1,)})
+    assert c["A"][0] == ["A[0:99]"] and c["B"][0] == ["B[1:100]"]
+    assert dc.propagate([dace.Memlet("A[2 * i]")], vec, ["i"], subsets.Range([(0, 49, 1)])).subset.ranges[0][1] == 98

@@ -64,6 +64,10 @@ CASES[4] += ["spmv_skewed:spmv=4", "spmv_skewed:spmv=3"]
 # (DaCe's union of the two images took 8*r + 7 for the larger bound than 29: a wrong answer).
 CASES[4] += ["sym_lower:*=1,4"]
 CASES[2] += ["spmv_skewed:spmv=2"]
+# Kernels left on one rank (a grid of ones): DaCe's image of A[2 * i] over i in [0, 49] lost its
+# step (A[0:50]: half of what the rank reads, a wrong answer), and a scatter whose group is rank 0
+# alone gave MPI a null send buffer (MPICH: "Invalid buffer pointer").
+CASES[2] += ["strided_pick:*=1", "strided_pick:*=2", "shifted_stencil:*=1,1"]
 
 
 def _run(nprocs, cases, tmp_path):

@@ -200,9 +200,65 @@ def propagate(memlets: Sequence[dace.Memlet], arr: dt.Data, params: Sequence[str
     old = Config.get("optimizer", "symbolic_positive")
     Config.set("optimizer", "symbolic_positive", value=False)
     try:
-        return _propagation.propagate_subset(list(memlets), arr, list(params), rng, defined_variables=defined)
+        result = _propagation.propagate_subset(list(memlets), arr, list(params), rng, defined_variables=defined)
     finally:
         Config.set("optimizer", "symbolic_positive", value=old)
+    return _widened_to_affine_corners(result, memlets, params, rng)
+
+
+def _affine_extremes(expr, params: Sequence[str], rng: subsets.Range):
+    """(least, greatest) value of ``expr`` over the box ``rng`` of ``params`` when ``expr`` is
+    affine in them with number coefficients (reached at the box's corners); None otherwise."""
+    expr = symbolic.pystr_to_symbolic(expr) if isinstance(expr, str) else sympy.sympify(expr)
+    low, high = expr, expr
+    for p, (b, e, _) in zip(params, rng.ranges):
+        sym = symbolic.pystr_to_symbolic(p)
+        if sym not in expr.free_symbols:
+            continue
+        poly = sympy.Poly(expr, sym) if expr.is_polynomial(sym) else None
+        if poly is None or poly.degree() != 1:
+            return None
+        coeff = poly.coeffs()[0]
+        if not coeff.is_Number:
+            return None
+        first, last = (b, e) if coeff > 0 else (e, b)
+        low, high = low.subs(sym, first), high.subs(sym, last)
+    return low, high
+
+
+def _widened_to_affine_corners(result: dace.Memlet, memlets: Sequence[dace.Memlet], params: Sequence[str],
+                               rng: subsets.Range) -> dace.Memlet:
+    """DaCe 1.0.2's propagation of ``A[2*i]`` over ``i`` in ``[0, 49]`` gives ``A[0:50]`` (the step
+    is lost when the index has no constant term: a rank reads half of what it needs, a wrong
+    answer). Every dimension whose indices are affine in the parameters is widened here to the
+    least and greatest index at the iteration box's corners wherever those are provably outside
+    DaCe's bounds; elsewhere DaCe's result stands."""
+    sub = result.subset
+    if isinstance(sub, subsets.Indices):
+        sub = subsets.Range.from_indices(sub)
+    if not isinstance(sub, subsets.Range) or any(not isinstance(m.subset, (subsets.Range, subsets.Indices))
+                                                 for m in memlets):
+        return result
+    ranges = list(sub.ranges)
+    changed = False
+    for d, (b, e, st) in enumerate(ranges):
+        for m in memlets:
+            msub = subsets.Range.from_indices(m.subset) if isinstance(m.subset, subsets.Indices) else m.subset
+            if d >= len(msub.ranges):
+                return result
+            lo = _affine_extremes(msub.ranges[d][0], params, rng)
+            hi = _affine_extremes(msub.ranges[d][1], params, rng)
+            if lo is not None and sympy.sympify(b - lo[0]).is_positive:
+                b, changed = lo[0], True
+            if hi is not None and sympy.sympify(hi[1] - e).is_positive:
+                e, changed = hi[1], True
+        if (b, e) != ranges[d][:2]:
+            ranges[d] = (b, e, 1)
+    if not changed:
+        return result
+    out = dace.Memlet(data=result.data, subset=subsets.Range(ranges), wcr=result.wcr)
+    out.dynamic = result.dynamic
+    return out
 
 
 def reduction_op(wcr: Optional[str]) -> Optional[str]:

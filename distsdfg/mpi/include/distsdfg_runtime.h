@@ -472,7 +472,11 @@ struct EmulatedPrim {
 using EmulatedDeviceMem = PlaneMem<EmulatedPrim>;
 
 inline void check(int err, const char* what) {
-    if (err != MPI_SUCCESS) throw std::runtime_error(std::string("distsdfg: MPI call failed: ") + what);
+    if (err == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    std::string why = MPI_Error_string(err, text, &len) == MPI_SUCCESS ? std::string(": ") + std::string(text, len) : "";
+    throw std::runtime_error(std::string("distsdfg: MPI call failed: ") + what + why);
 }
 
 /// The runtime's communicators for one caller's communicator: a private duplicate (the runtime's
@@ -638,7 +642,8 @@ void scatter_root(const Step& s, const T* global, T* local, int64_t loff, MPI_Co
         sendbuf.reset(total);
         for (size_t i = 0; i < mem.size(); ++i)
             if (mem[i] != 0) pack_global(s, global, mem[i], sendbuf.data() + displs[i]);
-        send = sendbuf.data();
+        // MPI refuses a null send buffer where the root's own count (in place) is not zero.
+        send = total > 0 ? sendbuf.data() : global;
     }
     check(MPI_Iscatterv(send, counts.data(), displs.data(), ty, MPI_IN_PLACE, int(n), ty, 0, pc, &reqs[1]),
           "Iscatterv");
@@ -687,7 +692,7 @@ void scatter(const Step& s, const T* global, T* local, Context& ctx) {
                 for (size_t i = 0; i < mem.size(); ++i)
                     if (!(in_place && mem[i] == me)) pack_global(s, global, mem[i], sendbuf.data() + displs[i]);
                 if (in_place) pack_global(s, global, int64_t(me), recv);
-                send = sendbuf.data();
+                send = total > 0 ? sendbuf.data() : global;     // never null (see scatter_root)
             }
         }
         MPI_Request req;
@@ -754,7 +759,9 @@ void gather(const Step& s, const T* local, T* global, Context& ctx, bool reduce)
     }
     Array<T> recvbuf;
     if (me == 0) recvbuf.reset(total);
-    check(MPI_Gatherv(own ? MPI_IN_PLACE : static_cast<const void*>(send), int(n), ty, recvbuf.data(), counts.data(),
+    // MPI refuses a null receive buffer at the root even when its own block stays in place.
+    T* into = (me == 0 && total == 0) ? global : recvbuf.data();
+    check(MPI_Gatherv(own ? MPI_IN_PLACE : static_cast<const void*>(send), int(n), ty, into, counts.data(),
                       displs.data(), ty, 0, pc), "Gatherv");
     if (me != 0) return;
     const int64_t nd = s.ndim();

@@ -472,7 +472,11 @@ struct EmulatedPrim {
 using EmulatedDeviceMem = PlaneMem<EmulatedPrim>;
 
 inline void check(int err, const char* what) {
-    if (err != MPI_SUCCESS) throw std::runtime_error(std::string("distsdfg: MPI call failed: ") + what);
+    if (err == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(err, text, &len) != MPI_SUCCESS) len = 0;
+    throw std::runtime_error(std::string("distsdfg: MPI call failed: ") + what + (len ? ": " + std::string(text, len) : ""));
 }
 
 /// The runtime's communicators for one caller's communicator: a private duplicate (the runtime's
@@ -746,10 +750,14 @@ void gather(const Step& s, const T* local, T* global, Context& ctx, bool reduce)
     const bool own = std::is_base_of<HostMem, Mem>::value && me == 0 && !merge && !(reduce && (acc || mask)) &&
                      !overlaps(send, n, static_cast<const T*>(global), s.gextent());
     if (own) {
+        // Rank 0's own block takes no room in the receive buffer (MPI_IN_PLACE, a count of 0): when
+        // the others send nothing (blocks that are empty, uneven splits), the buffer is empty and
+        // MPI would refuse a receive count without a buffer.
         total = 0;
         for (size_t i = 0; i < mem.size(); ++i) {
             displs[i] = int(mem[i] == me ? 0 : total);
             if (mem[i] != me) total += counts[i];
+            else counts[i] = 0;
         }
     }
     Array<T> recvbuf;

@@ -151,6 +151,41 @@ int main() {
 """
 
 
+GATHER_ALONE = r"""
+#include "distsdfg_runtime.h"
+#include <cstdio>
+using namespace distsdfg;
+
+// Rank 0 gathers a block that is not one run of the global array (8 x 3 of 8 x 6) while no other
+// rank sends anything (here: there is no other rank): its own block is unpacked from its buffer,
+// and MPI_Gatherv gets a receive count of 0 for it, not one without a receive buffer (hN's sweep:
+// an uneven data-parallel split on 3 ranks aborted with "Null buffer pointer").
+int main(int argc, char** argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    std::vector<int64_t> t{GATHER, 0, 0, 2, 1, 0, 8, 6, 8, 3, 6, 1, 0, 0, 0, 0, 8, 3, 0, 0, -1, 0};
+    std::vector<float> local(24), global(48, -1.f);
+    for (int i = 0; i < 24; ++i) local[i] = float(i);
+    int bad = 0;
+    try {
+        gather<float, HostMem>(Step{t.data()}, local.data(), global.data(), context(MPI_COMM_WORLD), false);
+        for (int r = 0; r < 8; ++r)
+            for (int c = 0; c < 6; ++c)
+                bad += global[r * 6 + c] != (c < 3 ? float(r * 3 + c) : -1.f);
+        std::printf("gathered, %d wrong\n", bad);
+    } catch (const std::exception& e) {
+        std::printf("%s\n", e.what());
+    }
+    MPI_Finalize();
+    return 0;
+}
+"""
+
+
+def test_gather_with_nothing_from_the_other_ranks(tmp_path):
+    assert _run_driver(tmp_path, GATHER_ALONE) == "gathered, 0 wrong\n"
+
+
 def _mpicxx():
     cxx = os.path.join(os.path.dirname(sys.executable), "mpicxx")
     if not os.path.exists(cxx):

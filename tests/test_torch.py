@@ -47,14 +47,17 @@ def _run(module, inputs):
 
 class Elementwise(nn.Module):
     OPS = ["add", "sub", "mul", "div", "relu", "gelu", "gelu_tanh", "tanh", "sigmoid", "exp", "log", "softmax",
-           "log_softmax", "mean", "sum", "amax", "view", "reshape", "permute", "transpose", "unsqueeze", "expand"]
+           "log_softmax", "mean", "sum", "amax", "view", "reshape", "permute", "transpose", "unsqueeze", "expand",
+           "leaky_relu", "sign", "log1p", "elu", "selu", "hardtanh", "var", "var_unbiased"]
 
     def forward(self, a, b, c):
         return (a + b, a - c, a * b * 2.0, a / (c + 3.0), torch.relu(a), F.gelu(a), F.gelu(a, approximate="tanh"),
                 torch.tanh(a), torch.sigmoid(a), torch.exp(a), torch.log(a * a + 1.0), torch.softmax(a, dim=-1),
                 torch.log_softmax(a, dim=0), a.mean(dim=1), a.sum(dim=0, keepdim=True), a.amax(dim=1),
                 a.view(6, 4) + 1.0, a.reshape(2, 12) * c.reshape(2, 2).sum(), a.permute(1, 0) + 0.0,
-                a.transpose(0, 1) * 1.0, a.unsqueeze(1) * b, a.unsqueeze(1).expand(4, 3, 6) + 0.0)
+                a.transpose(0, 1) * 1.0, a.unsqueeze(1) * b, a.unsqueeze(1).expand(4, 3, 6) + 0.0,
+                F.leaky_relu(a, 0.1), torch.sign(a) + torch.sign(torch.relu(a)), torch.log1p(a * a), F.elu(a, 0.7), F.selu(a),
+                F.hardtanh(a, -0.5, 0.8), a.var(dim=1, unbiased=False, keepdim=True), a.var(dim=0))
 
 
 class Products(nn.Module):
@@ -71,18 +74,23 @@ class Products(nn.Module):
 
 
 class Layers(nn.Module):
-    OPS = ["layer_norm", "embedding", "cross_entropy", "mse_loss"]
+    OPS = ["layer_norm", "embedding", "cross_entropy", "mse_loss", "batch_norm_eval"]
 
     def __init__(self):
         super().__init__()
         self.ln = nn.LayerNorm(6)
         self.emb = nn.Embedding(10, 6)
+        self.bn = nn.BatchNorm1d(6).eval()          # running statistics
         with torch.no_grad():
             self.ln.weight.uniform_(0.5, 1.5)
             self.ln.bias.uniform_(-0.5, 0.5)
+            for t in (self.bn.weight, self.bn.running_var):
+                t.uniform_(0.5, 1.5)
+            for t in (self.bn.bias, self.bn.running_mean):
+                t.uniform_(-0.5, 0.5)
 
     def forward(self, x, tok, cls, target):
-        return (self.ln(x), self.emb(tok), F.cross_entropy(x, cls), F.mse_loss(x, target))
+        return (self.ln(x), self.emb(tok), F.cross_entropy(x, cls), F.mse_loss(x, target), self.bn(x))
 
 
 def _inputs(kind):
@@ -213,6 +221,47 @@ def test_schedule_from_shardings_computes_where_a_split_update_keeps_the_weight(
     assert mine[0] not in plain, plain             # W whole on rank 0: the transpose stays there
 
 
+def test_blocks_through_view():
+    """A split seen through a reshape is kept only where each rank's block is a block of the array."""
+    from distsdfg.planner.sharding import blocks_through_view
+    assert blocks_through_view((6, 12), (4, 1), (6, 3, 4))          # rows: untouched by the reshape
+    assert blocks_through_view((6, 12), (1, 3), (6, 3, 4))          # 4 columns: one whole (3, 4) row each
+    assert not blocks_through_view((6, 12), (1, 4), (6, 3, 4))      # 3 columns cut the rows of 4
+    assert not blocks_through_view((5, 12), (2, 1), (5, 3, 4))      # blocks of 3: the last overhangs 5 rows
+    assert not blocks_through_view((10,), (2,), (5, 2))             # 5 elements: half a row of 2
+    assert blocks_through_view((8, 12), (4, 1), (2, 4, 12))
+
+
+def test_schedule_from_shardings_keeps_blocks_of_views():
+    """The backward pass does not give a writer the split its reader asks for when the writer reads an
+    array through a reshape that the split would cut (12 columns 4 ways, read as rows of 4): the
+    lowering refuses such a grid (hN's sweep: ZeRO-1 of a model with ``view(-1, 3, 4)``)."""
+    import dace
+
+    @dace.program
+    def prog(t: dace.float64[6, 3, 4], out: dace.float64[6, 12]):
+        tv = np.reshape(t, (6, 12))
+        a = np.empty((6, 12), dtype=np.float64)
+        for i, j in dace.map[0:6, 0:12]:
+            with dace.tasklet:
+                v << tv[i, j]
+                o >> a[i, j]
+                o = 2.0 * v
+        for i, j in dace.map[0:6, 0:12]:
+            with dace.tasklet:
+                v << a[i, j]
+                o >> out[i, j]
+                o = v + 1.0
+    sdfg = prog.to_sdfg()
+    writer, reader = [m.label for m in distsdfg.maps(sdfg)]
+    for ways, kept in ((4, False), (3, True)):
+        grids = distsdfg.schedule_from_shardings(sdfg, {reader: (1, ways)}, nprocs=4).as_dict()
+        assert grids[reader] == (1, ways) and (writer in grids) == kept, grids
+        if kept:
+            assert grids[writer] == (1, ways), grids
+    distsdfg.lower(sdfg, distsdfg.schedule_from_shardings(sdfg, {reader: (1, 4)}, nprocs=4))
+
+
 # -- single process: models and training steps ----------------------------------------------------
 
 def test_transformer_block_forward():
@@ -328,8 +377,9 @@ def _check_distributed(r, case):
         assert {"fc1_weight__exp_avg", "fc1_weight__exp_avg_sq"} <= to_root, to_root
 
 
-#: The 4-rank GPT-input cases below, run in one launch.
+#: The 4-rank GPT-input cases below, run in one launch, with hN's sweep model (``torch_run.fresh``).
 TIED, CAUSAL = "tied:train-sgd:zero2:distributed", "causal:train-sgd:zero2:distributed"
+FRESH = "fresh:train-adam:zero2:distributed"
 
 
 @pytest.fixture(scope="module")
@@ -337,7 +387,7 @@ def gpt_input_side(tmp_path_factory):
     """Both cases' results, checked against PyTorch and their measured bytes against comm_report."""
     out = tmp_path_factory.mktemp("gpt_input") / "out.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
-    cmd = counted_argv(4, ["-m", "distsdfg.testing.torch_run", str(out), TIED, CAUSAL], timeout=1200)
+    cmd = counted_argv(4, ["-m", "distsdfg.testing.torch_run", str(out), TIED, CAUSAL, FRESH], timeout=1200)
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = {r["case"]: r for r in json.loads(out.read_text())}
@@ -385,6 +435,18 @@ def test_replicated_position_and_mask_kernels(gpt_input_side):
     pos = [s["collective"] for s in r["report"] if s["array"] in ("pos_weight", "v_index_put_sum")]
     assert pos == ["Isend/Irecv", "Reduce_scatter"], pos
     assert _beyond_loss(r) == 2 * 3 * r["params"], (_beyond_loss(r), r["params"])
+
+
+def test_fresh_model_zero1_uneven_batch(gpt_input_side):
+    """hN's sweep model under ZeRO-1 in distributed placement, 4 ranks, 7 rows (blocks of 2, 2, 2, 1):
+    batch norm in eval mode, SiLU and label smoothing (their backward decompositions write temporaries
+    in place: the trace is functionalised), LeakyReLU, views of chunks, a hand-written RMS norm and a
+    cross-entropy whose class weights the loss holds (a constant argument); three Adam steps match
+    PyTorch's (the fixture checks weights, Adam's first moments, losses and bytes)."""
+    r = gpt_input_side[FRESH]
+    assert len(r["losses"]) == 3 and r["losses"][2] < r["losses"][0], r["losses"]
+    updates = {k for k in r["schedule"] if k.startswith("adam_")}
+    assert {"adam_fc1_weight", "adam_fc2_weight", "adam_gain"} <= updates, sorted(updates)
 
 
 def test_index_inputs_are_checked():

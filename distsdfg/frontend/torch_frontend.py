@@ -226,7 +226,7 @@ def emit_graph(em: Emitter, graph, env: Dict[object, object]) -> List[object]:
 
     outputs = None
     for node in graph.nodes:
-        if node.op == "placeholder":
+        if node.op == "placeholder" or (node.op == "get_attr" and node in env):
             continue
         if node.op == "output":
             outputs = arg(node.args[0])
@@ -238,7 +238,8 @@ def emit_graph(em: Emitter, graph, env: Dict[object, object]) -> List[object]:
         if emit is None:
             raise UnsupportedOpError(
                 f"ATen operator `{key}` (node `{node.name}`, from {_where(node)}) has no translation in the "
-                f"PyTorch frontend; supported operators are listed in distsdfg.frontend.torch_ops.EMITTERS")
+                f"PyTorch frontend{_hint(key)}; supported operators are listed in "
+                f"distsdfg.frontend.torch_ops.EMITTERS")
         args = arg(node.args)
         kwargs = {k: arg(v) for k, v in node.kwargs.items()}
         try:
@@ -246,6 +247,19 @@ def emit_graph(em: Emitter, graph, env: Dict[object, object]) -> List[object]:
         except UnsupportedOpError as exc:
             raise UnsupportedOpError(f"{exc} (ATen operator `{key}`, node `{node.name}`, from {_where(node)})") from None
     return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+
+_RANDOM = ("bernoulli", "native_dropout", "rand", "randn", "randint", "rand_like", "randn_like", "randint_like",
+           "normal", "uniform", "multinomial", "randperm")
+
+
+def _hint(key: str) -> str:
+    """What to do about an operator without translation, where there is something to say."""
+    op = key.split(".")[1] if key.count(".") >= 2 else key
+    if op in _RANDOM:
+        return (": random numbers are not supported (e.g. nn.Dropout with p > 0 in training mode); call "
+                "module.eval() or use p=0")
+    return ""
 
 
 _INDEXING = {"aten.embedding.default": (1, lambda n: n.args[0].meta["val"].shape[0]),
@@ -385,7 +399,8 @@ def from_torch(module, example_inputs, *, strict: bool = False) -> TorchProgram:
         if spec.kind.name != "USER_OUTPUT":
             raise TorchFrontendError(
                 f"{type(module).__name__}.forward updates `{spec.target}` ({spec.kind.name.lower()}), e.g. "
-                f"batch-norm statistics in training mode; call module.eval() or use from_torch_train_step")
+                f"batch-norm statistics in training mode, which is not supported (in training steps neither); call "
+                f"module.eval() (batch norm then normalises with its running statistics)")
     state = ep.state_dict
     em = Emitter()
     env, args, values, taken = {}, [], {}, set()

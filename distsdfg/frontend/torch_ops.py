@@ -395,6 +395,84 @@ def _layer_norm(em, name, meta, args, kwargs):
     return out, mean, rstd
 
 
+def _batch_norm_eval(em, name, meta, args, kwargs):
+    """Batch norm with the running statistics (``module.eval()``): ``(x - mean) / sqrt(var + eps) * w + b``
+    per channel (dim 1). ``_native_batch_norm_legit_no_training(x, w, b, mean, var, momentum, eps)``
+    and ``native_batch_norm(x, w, b, mean, var, training, momentum, eps)``; both return the saved
+    statistics as empty tensors besides the output."""
+    (shape, dtype), *rest = meta
+    x, w, b, mean, var = args[:5]
+    if len(args) == 8:              # native_batch_norm: (..., training, momentum, eps)
+        training, eps = args[5], args[7]
+        if training or mean is None:
+            raise UnsupportedOpError(
+                "batch norm with batch statistics (training mode) is not supported: its running statistics are "
+                "updated in place; call module.eval() (or the BatchNorm layers' .eval()) to normalise with the "
+                "running statistics, or use LayerNorm")
+    else:
+        eps = args[6]
+    x = em.materialize(x, name + "_in")
+    channel = (shape[1],) + (1,) * (len(shape) - 2)         # broadcasts against (N, C, L...)
+    ins, expr = [x], "(a0 - a1) / math.sqrt(a2 + EPS)"
+    for v in (mean, var):
+        ins.append(reshape_line(em, name + "_stat", em.materialize(v, name + "_stat"), channel))
+    for v, op in ((w, "*"), (b, "+")):
+        if v is not None:
+            ins.append(v if v.is_const else reshape_line(em, name + "_affine", v, channel))
+            expr = f"({expr}) {op} a{len(ins) - 1}"
+    out = em.elementwise(name, shape, dtype, ins, expr.replace("EPS", literal(eps, dtype)))
+    empties = tuple(Val(None, tuple(s), np.dtype(d) if d is not None else np.dtype(dtype), 0) for s, d in rest)
+    return (out, *empties)
+
+
+def _uninitialised(em, name, meta, args, kwargs):
+    """``empty`` / ``empty_permuted``: a tensor whose values are never read (functionalised graphs use it
+    only for its shape, as ``full_like``'s template); a constant of zeros."""
+    shape, dtype = meta[0]
+    return Val(None, tuple(shape), np.dtype(dtype), 0)
+
+
+def _leaky_relu(em, name, meta, args, kwargs):
+    shape, dtype = meta[0]
+    slope = args[1] if len(args) > 1 else kwargs.get("negative_slope", 0.01)
+    return em.elementwise(name, shape, dtype, [args[0]],
+                          f"(a0 if a0 > {literal(0, dtype)} else a0 * {literal(slope, dtype)})")
+
+
+def _elu(em, name, meta, args, kwargs):
+    """``elu(x, alpha, scale, input_scale)``: ``scale * x`` above 0, ``scale * alpha * (exp(input_scale * x) - 1)``
+    below (SELU and CELU are ELUs with other constants)."""
+    shape, dtype = meta[0]
+    alpha, scale, in_scale = (list(args[1:4]) + [1, 1, 1][len(args) - 1:])[:3]
+    L = lambda v: literal(v, dtype)  # noqa: E731
+    return em.elementwise(name, shape, dtype, [args[0]], f"({L(scale)} * a0 if a0 > {L(0)} else "
+                          f"{L(scale * alpha)} * expm1({L(in_scale)} * a0))")
+
+
+def _hardtanh(em, name, meta, args, kwargs):
+    shape, dtype = meta[0]
+    lo = args[1] if len(args) > 1 else kwargs.get("min_val", -1.0)
+    hi = args[2] if len(args) > 2 else kwargs.get("max_val", 1.0)
+    return em.elementwise(name, shape, dtype, [args[0]], f"min(max(a0, {literal(lo, dtype)}), {literal(hi, dtype)})")
+
+
+def _var(em, name, meta, args, kwargs):
+    """``var(x, dims, correction=c, keepdim=k)``: ``sum((x - mean)^2) / (n - c)`` over ``dims``."""
+    shape, dtype = meta[0]
+    src = em.materialize(args[0], name + "_in")
+    dims = norm_dims(args[1] if len(args) > 1 else kwargs.get("dim"), len(src.shape))
+    correction = kwargs.get("correction", 1)
+    correction = 1 if correction is None else correction
+    keep = kwargs.get("keepdim", False)
+    count = int(np.prod([src.shape[d] for d in dims])) if src.shape else 1
+    total = reduce(em, name + "_sum", src, dims, True, "sum", dtype)
+    mean = em.elementwise(name + "_mean", total.shape, dtype, [total], f"a0 / {literal(count, dtype)}")
+    sq = em.elementwise(name + "_square", src.shape, dtype, [src, mean], "(a0 - a1) * (a0 - a1)")
+    ss = reduce(em, name + "_sumsq", sq, dims, keep, "sum", dtype)
+    # n - c <= 0 gives PyTorch's inf / nan (a division by zero or a negative count)
+    return em.elementwise(name, shape, dtype, [ss], f"a0 / {literal(count - correction, dtype)}")
+
+
 def _getitem(em, name, meta, args, kwargs):
     return args[0][args[1]]
 
@@ -417,7 +495,11 @@ EMITTERS: Dict[str, Callable] = {
     "aten.sqrt.default": _unary("math.sqrt(a0)"), "aten.rsqrt.default": _unary("ONE / math.sqrt(a0)"),
     "aten.reciprocal.default": _unary("ONE / a0"), "aten.abs.default": _unary("abs(a0)"),
     "aten.sin.default": _unary("math.sin(a0)"), "aten.cos.default": _unary("math.cos(a0)"),
-    "aten.erf.default": _unary("erf(a0)"), "aten.gelu.default": _gelu,
+    "aten.erf.default": _unary("erf(a0)"), "aten.gelu.default": _gelu, "aten.leaky_relu.default": _leaky_relu,
+    # sign(0) = 0 and sign(nan) = nan: the input itself when it is neither positive nor negative
+    "aten.sign.default": _unary("(ONE if a0 > ZERO else (-ONE if a0 < ZERO else a0))"),
+    "aten.log1p.default": _unary("log1p(a0)"), "aten.expm1.default": _unary("expm1(a0)"),
+    "aten.elu.default": _elu, "aten.hardtanh.default": _hardtanh,
     "aten.logical_not.default": _unary("not a0"), "aten.bitwise_not.default": _unary("not a0"),
     "aten.logical_and.default": _binary("a0 and a1"), "aten.logical_or.default": _binary("a0 or a1"),
     "aten.bitwise_and.Tensor": _binary("a0 and a1"), "aten.bitwise_or.Tensor": _binary("a0 or a1"),
@@ -430,6 +512,7 @@ EMITTERS: Dict[str, Callable] = {
     "aten.full_like.default": _full, "aten.scalar_tensor.default": _scalar_tensor,
     "aten.zeros_like.default": _const_of(0), "aten.ones_like.default": _const_of(1),
     "aten.zeros.default": _const_of(0), "aten.ones.default": _const_of(1),
+    "aten.empty.memory_format": _uninitialised, "aten.empty_permuted.default": _uninitialised,
     # shapes
     "aten.view.default": _reshape, "aten._unsafe_view.default": _reshape, "aten.reshape.default": _reshape,
     "aten.unsqueeze.default": _reshape, "aten.squeeze.dim": _reshape, "aten.squeeze.dims": _reshape,
@@ -440,10 +523,11 @@ EMITTERS: Dict[str, Callable] = {
     # products and reductions
     "aten.mm.default": _mm, "aten.bmm.default": _mm, "aten.addmm.default": _addmm,
     "aten.sum.dim_IntList": _sum, "aten.sum.default": _sum, "aten.mean.dim": _mean, "aten.mean.default": _mean,
-    "aten.amax.default": _extreme("max"), "aten.amin.default": _extreme("min"),
+    "aten.amax.default": _extreme("max"), "aten.amin.default": _extreme("min"), "aten.var.correction": _var,
     # composites and indexing
     "aten._softmax.default": _softmax, "aten._log_softmax.default": _log_softmax,
-    "aten.native_layer_norm.default": _layer_norm,
+    "aten.native_layer_norm.default": _layer_norm, "aten.native_batch_norm.default": _batch_norm_eval,
+    "aten._native_batch_norm_legit_no_training.default": _batch_norm_eval,
     "getitem": _getitem,
 }
 

@@ -150,11 +150,20 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
 
     detach = lambda d: tuple(v.detach() for v in d.values())  # noqa: E731
     try:
-        gm = make_fx(step, decomposition_table=train_decompositions(), record_stack_traces=True)(
+        # functionalize: decompositions (silu's and label smoothing's backward) and modules
+        # (nn.MultiheadAttention's in-projection) write temporaries in place (`copy_`, `add_`, views of
+        # them); the emitters translate value semantics only, so mutations become out-of-place operators
+        gm = make_fx(torch.func.functionalize(step, remove="mutations"), decomposition_table=train_decompositions(),
+                     record_stack_traces=True)(
             detach(trained), detach(frozen), detach(buffers), tuple(t.detach() for t in xs), y.detach())
     except TorchFrontendError:
         raise
     except Exception as exc:
+        if "mutate a captured Tensor" in str(exc):
+            raise TorchFrontendError(
+                f"the training step of {type(module).__name__} updates a buffer in place (e.g. batch norm's running "
+                f"statistics in training mode), which is not supported; call .eval() on such layers (batch norm "
+                f"then normalises with its running statistics) or use LayerNorm. PyTorch said: {exc}") from exc
         raise TorchFrontendError(f"tracing the training step of {type(module).__name__} failed: {exc}") from exc
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -182,6 +191,19 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
             em.gradless.add(name)
         args.append(Argument(name, akind, src, shape, dtype))
         env[node] = Val(name, shape, dtype)
+    for node in gm.graph.nodes:
+        # Tensors the loss or the module holds that are neither parameters nor buffers (the class
+        # weights of CrossEntropyLoss(weight=...), a plain tensor attribute): constant arguments
+        if node.op == "get_attr":
+            value = getattr(gm, node.target)
+            (shape, dtype), = node_meta(node) if "val" in node.meta else [(tuple(value.shape), None)]
+            dtype = dtype or to_numpy(value, node.target).dtype
+            name = array_name(f"const_{node.target}", taken)
+            em.reserve(name)
+            em.gradless.add(name)
+            args.append(Argument(name, "constant", node.target, tuple(shape), np.dtype(dtype)))
+            values[name] = to_numpy(value, name).reshape(tuple(shape) or (1,))
+            env[node] = Val(name, tuple(shape), np.dtype(dtype))
     outs = emit_graph(em, gm.graph, env)
     loss, grads = outs[0], outs[1:]
     loss_out = output_vals(em, [loss], {a.name for a in args})

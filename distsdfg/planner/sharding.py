@@ -18,6 +18,7 @@ solves every array's communication from it.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -26,10 +27,12 @@ from dace.sdfg import SDFG
 from .. import dace_compat as dc
 from ..checks import positive_int, require_sdfg
 from ..analysis.eingraph import Operand, build_graph
+from ..analysis.tiling import block_span
+from ..geometry.boxes import reshape_box
 from ..errors import ScheduleError
 from ..values.schedule import Schedule
 
-__all__ = ["schedule_from_shardings", "reshape_split"]
+__all__ = ["schedule_from_shardings", "reshape_split", "blocks_through_view"]
 
 Split = Tuple[int, ...]
 
@@ -53,6 +56,34 @@ def _groups(a: Sequence[int], b: Sequence[int]) -> List[Tuple[List[int], List[in
                 ga.append(i); pa *= a[i]; i += 1      # noqa: E702
         out.append((ga, gb))
     return out
+
+
+def blocks_through_view(view_shape: Sequence[int], split: Split, shape: Sequence[int]) -> bool:
+    """Whether every rank's block of an array of ``shape`` read through the reshape ``view_shape`` split
+    ``split`` ways is a block of ``shape``: its elements (``block_span``'s blocks, and the local buffer of
+    the full block size) form a box there, as the lowering requires (``solver.solve``). A split that
+    cuts a merged dimension across its boundaries (12 columns 4 ways seen as ``(3, 4)``), or whose last
+    block overhangs a merged dimension (5 rows 2 ways: blocks of 3), is not."""
+    view_shape, shape = tuple(int(n) for n in view_shape), tuple(int(n) for n in shape)
+    if view_shape == shape or all(w == 1 for w in split):
+        return True
+    if math.prod(view_shape) != math.prod(shape):
+        return False
+    spans = [[block_span(n, w, r) for r in range(w)] for n, w in zip(view_shape, split)]
+    for coords in itertools.product(*(range(w) for w in split)):
+        parts = [spans[d][r] for d, r in enumerate(coords)]
+        if any(size == 0 for _, size in parts):
+            continue
+        full = tuple(-(-n // w) for n, w in zip(view_shape, split))
+        origin = tuple(start for start, _ in parts)
+        try:
+            if any(o + b > n for o, b, n in zip(origin, full, view_shape)):
+                return False
+            reshape_box((origin, full), view_shape, shape)
+            reshape_box((origin, tuple(size for _, size in parts)), view_shape, shape)
+        except ValueError:
+            return False
+    return True
 
 
 def reshape_split(shape: Sequence[int], split: Split, new_shape: Sequence[int]) -> Split:
@@ -113,6 +144,15 @@ def schedule_from_shardings(sdfg: SDFG, shardings: Mapping[str, Sequence[int]], 
     limit = nprocs or max((math.prod(w) for w in [*splits.values(), *fixed.values()]), default=1)
     annotated = {root(a) for a in shardings}
 
+    def array_shape(r: str, fallback) -> Tuple[int, ...]:
+        """The shape of the array ``r`` (a view's root, which no kernel may read as it is)."""
+        if r in shapes:
+            return shapes[r]
+        try:
+            return tuple(int(dc.evaluate(n, sizes)) for n in sdfg.arrays[r].shape)
+        except (TypeError, ValueError, KeyError):       # symbolic and not given: as the view reads it
+            return tuple(fallback)
+
     def split_of(o: Operand) -> Split:
         r = root(o.array)
         s = splits.get(r)
@@ -131,6 +171,9 @@ def schedule_from_shardings(sdfg: SDFG, shardings: Mapping[str, Sequence[int]], 
             if label in v.even and bound % ways:
                 continue
             grid[label] = ways
+            if not all(blocks_through_view(u.shape, seen_by(v, grid, u), array_shape(root(u.array), u.shape))
+                       for u in [*v.inputs, *v.outputs] if root(u.array) != u.array):
+                grid[label] = 1         # a block of a view that is no block of the array: the lowering refuses it
 
     def seen_by(v, grid, o: Operand) -> Split:
         return tuple(grid.get(l, 1) if l is not None else 1 for l in o.labels)

@@ -108,11 +108,46 @@ def causal(seed=0, V=16, T=8, E=8):
     return Causal()
 
 
+def fresh(seed=0, n_in=12, hidden=16, classes=5):
+    """hN's sweep of models nobody on the project wrote, in one: batch norm in eval mode, SiLU (whose
+    backward decomposes into in-place operators), chunk / cat / view / transpose, LeakyReLU, a
+    residual, an RMS norm written by hand, and (``LOSSES``) a cross-entropy with class weights (a
+    tensor the loss holds) and label smoothing (in-place operators again)."""
+    torch = _torch()
+    nn = torch.nn
+    F = torch.nn.functional
+    torch.manual_seed(seed)
+
+    class Fresh(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.bn = nn.Linear(n_in, hidden), nn.BatchNorm1d(hidden).eval()
+            self.fc2, self.fc3 = nn.Linear(hidden, hidden, bias=False), nn.Linear(hidden, classes)
+            self.gain = nn.Parameter(1.0 + 0.1 * torch.randn(hidden))
+            with torch.no_grad():
+                self.bn.running_mean.uniform_(-0.5, 0.5)
+                self.bn.running_var.uniform_(0.5, 2.0)
+
+        def forward(self, x):
+            h = F.silu(self.bn(self.fc1(x)))
+            a, b = h.chunk(2, dim=1)
+            h = torch.cat([F.leaky_relu(a, 0.1), torch.tanh(b)], dim=1)
+            h = h.view(-1, 4, hidden // 4).transpose(1, 2).reshape(x.shape[0], hidden)
+            h = h + self.fc2(h)
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.gain
+            return self.fc3(h)
+    return Fresh()
+
+
 #: model -> (constructor, input shape, number of classes for training targets)
 MODELS = {"mlp": (mlp, (16, 32), 8), "block": (block, (4, 8, 32), None),
           "block1": (block, (1, 16, 32), None),          # one sequence: heads are the attention's batch
           "tied": (tied, (8, 6), 16),                    # token ids in, 16 classes
-          "causal": (causal, (8, 8), 16)}
+          "causal": (causal, (8, 8), 16),
+          "fresh": (fresh, (7, 12), 5)}                  # 7 rows: blocks of 2 on 4 ranks, the last one 1
+
+#: model -> its loss when not the default of ``_loss``
+LOSSES = {"fresh": lambda torch: torch.nn.CrossEntropyLoss(weight=torch.linspace(0.5, 1.5, 5), label_smoothing=0.1)}
 
 #: sharding name -> {array: ways per dimension} for a 4-rank run
 SHARDINGS = {
@@ -128,9 +163,12 @@ SHARDINGS = {
 }
 
 
-def _loss(classes):
-    """Cross-entropy for a classifier (``classes``, class targets), the mean squared error for a block."""
+def _loss(classes, model_name=None):
+    """``LOSSES``' for the model, else cross-entropy for a classifier (``classes``, class targets), the
+    mean squared error for a block."""
     torch = _torch()
+    if model_name in LOSSES:
+        return LOSSES[model_name](torch)
     return torch.nn.CrossEntropyLoss() if classes else torch.nn.functional.mse_loss
 
 
@@ -166,7 +204,7 @@ def run_case(case: str, comm) -> dict:
     else:
         y = torch.randint(0, classes, (shape[0],), generator=gen) if classes else torch.randn(*shape, generator=gen)
         opt = _optimizer(mode.split("-")[1], model.parameters())
-        prog = from_torch_train_step(model, _loss(classes), opt, (x,), y)
+        prog = from_torch_train_step(model, _loss(classes, model_name), opt, (x,), y)
     sdfg = prog.sdfg
     if shard in ("zero2", "zero3"):
         from ..frontend.torch_training import zero_shardings
@@ -198,8 +236,8 @@ def run_case(case: str, comm) -> dict:
         return result
     args = prog.arguments(x, y)
     if placement == "distributed":
-        return train_distributed(prog, fn, args, call, result, model, x, y, mode, comm)
-    ref, _, losses, ref_losses = _three_steps(call, args, model, mode, x, y, comm.rank)
+        return train_distributed(prog, fn, args, call, result, model, x, y, mode, comm, model_name)
+    ref, _, losses, ref_losses = _three_steps(call, args, model, mode, x, y, comm.rank, model_name)
     if comm.rank == 0:
         got = prog.state_dict(args)
         result["loss_err"] = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
@@ -208,7 +246,7 @@ def run_case(case: str, comm) -> dict:
     return result
 
 
-def _three_steps(call, args, model, mode, x, y, rank):
+def _three_steps(call, args, model, mode, x, y, rank, model_name=None):
     """Three calls of the step next to three steps of PyTorch's optimizer on a copy of ``model``:
     the copy, its optimizer and, on rank 0 (where the loss is returned), both sides' losses."""
     ref = copy.deepcopy(model)
@@ -217,7 +255,7 @@ def _three_steps(call, args, model, mode, x, y, rank):
     for _ in range(3):
         loss = call(args)
         ropt.zero_grad()
-        rl = _loss(not y.is_floating_point())(ref(x), y)
+        rl = _loss(not y.is_floating_point(), model_name)(ref(x), y)
         rl.backward()
         ropt.step()
         if rank == 0:
@@ -240,7 +278,7 @@ def assemble_placed(comm, args, mine, placed) -> dict:
     return got
 
 
-def train_distributed(prog, fn, args, call, result, model, x, y, mode, comm) -> dict:
+def train_distributed(prog, fn, args, call, result, model, x, y, mode, comm, model_name=None) -> dict:
     """Three steps in distributed placement: every rank passes its own blocks of the weights and
     optimizer state and keeps them between calls; rank 0 assembles them only after the last call."""
     rank = comm.rank
@@ -248,7 +286,7 @@ def train_distributed(prog, fn, args, call, result, model, x, y, mode, comm) -> 
     mine = {a: (lay[a].block(v, rank) if a in lay and lay[a].placement == "distributed" else v)
             for a, v in args.items()}
     result["placed"] = sorted(a for a in lay if lay[a].placement == "distributed")
-    ref, ropt, losses, ref_losses = _three_steps(call, mine, model, mode, x, y, rank)
+    ref, ropt, losses, ref_losses = _three_steps(call, mine, model, mode, x, y, rank, model_name)
     got = assemble_placed(comm, args, mine, {a: lay[a] for a in lay if lay[a].placement == "distributed"})
     if rank == 0:
         result["loss_err"] = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))

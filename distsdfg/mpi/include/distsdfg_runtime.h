@@ -475,8 +475,8 @@ inline void check(int err, const char* what) {
     if (err == MPI_SUCCESS) return;
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
-    std::string why = MPI_Error_string(err, text, &len) == MPI_SUCCESS ? std::string(": ") + std::string(text, len) : "";
-    throw std::runtime_error(std::string("distsdfg: MPI call failed: ") + what + why);
+    if (MPI_Error_string(err, text, &len) != MPI_SUCCESS) len = 0;
+    throw std::runtime_error(std::string("distsdfg: MPI call failed: ") + what + (len ? ": " + std::string(text, len) : ""));
 }
 
 /// The runtime's communicators for one caller's communicator: a private duplicate (the runtime's
@@ -751,17 +751,19 @@ void gather(const Step& s, const T* local, T* global, Context& ctx, bool reduce)
     const bool own = std::is_base_of<HostMem, Mem>::value && me == 0 && !merge && !(reduce && (acc || mask)) &&
                      !overlaps(send, n, static_cast<const T*>(global), s.gextent());
     if (own) {
+        // Rank 0's own block takes no room in the receive buffer (MPI_IN_PLACE, a count of 0): when
+        // the others send nothing (blocks that are empty, uneven splits), the buffer is empty and
+        // MPI would refuse a receive count without a buffer.
         total = 0;
         for (size_t i = 0; i < mem.size(); ++i) {
             displs[i] = int(mem[i] == me ? 0 : total);
             if (mem[i] != me) total += counts[i];
+            else counts[i] = 0;
         }
     }
     Array<T> recvbuf;
     if (me == 0) recvbuf.reset(total);
-    // MPI refuses a null receive buffer at the root even when its own block stays in place.
-    T* into = (me == 0 && total == 0) ? global : recvbuf.data();
-    check(MPI_Gatherv(own ? MPI_IN_PLACE : static_cast<const void*>(send), int(n), ty, into, counts.data(),
+    check(MPI_Gatherv(own ? MPI_IN_PLACE : static_cast<const void*>(send), int(n), ty, recvbuf.data(), counts.data(),
                       displs.data(), ty, 0, pc), "Gatherv");
     if (me != 0) return;
     const int64_t nd = s.ndim();

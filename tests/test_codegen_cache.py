@@ -69,7 +69,7 @@ def test_code_generation_validates_again_only_a_changed_sdfg(monkeypatch):
     # The lowering validated the SDFG and recorded its structure; code generation validates again
     # only if that structure changed since (a user's edit of the lowered SDFG).
     from distsdfg import dace_compat as dc
-    from distsdfg.runtime import program as runtime
+    from distsdfg.runtime import builds as runtime
     sdfg = _lowered("mlp", {"*": (2, 1)}, "root")
     assert sdfg._distsdfg.validated == dc.structure_fingerprint(sdfg)
     seen = []

@@ -76,7 +76,7 @@ def test_builders_of_one_folder_take_turns(tmp_path):
     for builders (flock: two opens conflict even in one process) and shared among loaders."""
     import threading
 
-    from distsdfg.runtime.program import build_lock
+    from distsdfg.runtime.builds import build_lock
     folder = str(tmp_path / ".dacecache" / "prog")
     for held, wanted, waits in ((True, True, True), (False, False, False), (False, True, True)):
         acquired = threading.Event()

@@ -1,7 +1,7 @@
 """A fixed fuzz sample (issue 5): every drawn (program, schedule, P) is right or refused up front."""
 from distsdfg.testing.fuzz import draw_cases, run_cases, summarise
 from distsdfg.testing.fuzz_corpus import BASE, CORPUS
-from distsdfg.runtime.program import _cached
+from distsdfg.runtime.builds import _cached
 
 
 def test_corpus_covers_what_the_issue_lists():

@@ -13,17 +13,16 @@ from dace.sdfg import SDFG
 from ..lowering import blas
 from .. import dace_compat as dc
 from .. import errors
-from . import toolchain
-from ..dace_compat.pack import PACKED, packed_names, packing
+from ..dace_compat.pack import PACKED, packed_names
 from ..mpi.encode import encode_plan
 from ..errors import CommunicatorSizeError, DistributedLoweringError, InputError
 from ..solver.inspector import inspect_call
-from ..lowering.gpu import build_settings, gpu_available, require_cuda_aware_mpi
-from .locks import file_lock
+from ..lowering.gpu import gpu_available, require_cuda_aware_mpi
 from ..lowering.rewriter import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS
-from ..mpi.environment import INCLUDE_DIR
 from ..lowering.placement import layout as _layout
 from ..values.plan import ConcreteStep, evaluate
+from .builds import build, load_build
+from .device_arrays import back_to_device, is_array, is_cupy, on_device, to_host, wait_for_callers_stream
 from .root_args import RootArguments, check_blocks, replica_values, unequal_replicas
 from ..solver.solve import lowered_of, solve_homes, solve_plan, symbol_values
 
@@ -52,57 +51,6 @@ def idle_bcast(comm, obj=None, root: int = 0, poll: float = 0.002):
         while not req.Test():
             time.sleep(poll)
     return comm.bcast(obj, root=root)
-
-
-def _is_cupy(value) -> bool:
-    """A CuPy array (checked without importing CuPy)."""
-    return type(value).__module__.split(".")[0] == "cupy" and hasattr(value, "get")
-
-
-def _on_device(value) -> bool:
-    """A CuPy array whose device pointer a compiled program can take (``__cuda_array_interface__``)."""
-    return _is_cupy(value) and hasattr(value, "__cuda_array_interface__")
-
-
-def _is_array(value) -> bool:
-    return isinstance(value, np.ndarray) or _on_device(value)
-
-
-def _to_host(kwargs: Dict[str, Any], keep=()) -> Dict[str, Any]:
-    """Replace this rank's CuPy arguments in ``kwargs`` (but those named in ``keep``) by host copies
-    (``.get()``); returns the CuPy ones replaced."""
-    devices = {k: v for k, v in kwargs.items() if _is_cupy(v) and k not in keep}
-    kwargs.update({k: v.get() for k, v in devices.items()})
-    return devices
-
-
-def _wait_for_callers_stream() -> None:
-    """The caller's CuPy work that fills the device arguments may still be queued on CuPy's current
-    stream, and the compiled program runs on DaCe's own streams, created non-blocking (they do not
-    wait for other streams): finish that work first. (The program waits for its own streams before
-    it returns, so its results are complete when the caller gets them.)"""
-    import cupy
-    cuda = getattr(cupy, "cuda", None)
-    if cuda is not None:
-        cuda.get_current_stream().synchronize()
-
-
-def _back_to_device(devices: Dict[str, Any], kwargs: Dict[str, Any], written, out):
-    """After a call on host copies: the arrays the program wrote copied into the caller's CuPy
-    arrays, its results as CuPy arrays."""
-    import cupy
-    for k, v in devices.items():
-        if k in written:
-            host, shape = kwargs[k], getattr(v, "shape", None)
-            if shape is not None and getattr(host, "shape", shape) != shape:    # passed with size-1 dimensions
-                host = host.reshape(shape)
-            if hasattr(v, "set"):       # CuPy: one host-to-device copy into the caller's array
-                v.set(np.ascontiguousarray(host))
-            else:
-                v[...] = cupy.asarray(host)
-    if isinstance(out, tuple):
-        return tuple(cupy.asarray(o) if isinstance(o, np.ndarray) else o for o in out)
-    return cupy.asarray(out) if isinstance(out, np.ndarray) else out
 
 
 class DistributedProgram:
@@ -155,7 +103,7 @@ class DistributedProgram:
                     f"size symbols are passed by name too)")
         for name, desc in self._arglist.items():
             if name in kwargs and kwargs[name] is not None and not isinstance(desc, dt.Scalar) \
-                    and name not in self.lowered.boundary and not _is_array(kwargs[name]):
+                    and name not in self.lowered.boundary and not is_array(kwargs[name]):
                 return (f"argument `{name}` must be a NumPy array of shape {tuple(desc.shape)}, got "
                         f"{type(kwargs[name]).__name__}; convert it with np.asarray")
             if name in RUNTIME_ARGS or isinstance(desc, dt.Scalar) and name not in kwargs and name in sdfg.symbols:
@@ -179,7 +127,7 @@ class DistributedProgram:
             desc = self.sdfg.arrays.get(name)
             if desc is None or isinstance(desc, dt.Scalar) or name in self.lowered.boundary:
                 continue
-            if not _is_array(arr):
+            if not is_array(arr):
                 return f"argument `{name}` must be a NumPy array, got {type(arr).__name__}"
             try:
                 want = tuple(evaluate(str(s), values) for s in desc.shape)
@@ -260,10 +208,10 @@ class DistributedProgram:
             kwargs.update(dict(zip(names, args)))
         if self.lowered.target == "gpu" and not getattr(self.lowered, "deferred", False):
             return self._call(kwargs)      # CuPy arguments stay on the device where they can (_call)
-        devices = _to_host(kwargs)
+        devices = to_host(kwargs)
         if not devices:
             return self._call(kwargs)
-        return _back_to_device(devices, kwargs, self._written, self._call(kwargs))
+        return back_to_device(devices, kwargs, self._written, self._call(kwargs))
 
     def device_variant(self, names: Tuple[str, ...]) -> Optional["DistributedProgram"]:
         """Collective: the variant of this GPU program that takes the arrays ``names`` in device
@@ -336,8 +284,8 @@ class DistributedProgram:
             if self.lowered.comm == "device":
                 require_cuda_aware_mpi(self.lowered.original_name)
         comm, rank, P = self.comm, self.comm.rank, self.comm.size
-        arrays = {k: v for k, v in kwargs.items() if _is_array(v) and k not in self.lowered.boundary}
-        given = {k: v for k, v in kwargs.items() if not _is_array(v) and k in self.sdfg.symbols}
+        arrays = {k: v for k, v in kwargs.items() if is_array(v) and k not in self.lowered.boundary}
+        given = {k: v for k, v in kwargs.items() if not is_array(v) and k in self.sdfg.symbols}
         error, values, reshapes, variant = None, None, None, ()
         if rank == 0:
             values, error, reshapes = self._checked(kwargs, arrays, given, P)
@@ -346,7 +294,7 @@ class DistributedProgram:
             if len(arrays) > len([a for a in arrays.values() if isinstance(a, np.ndarray)]):
                 variant = self._variant_arguments(arrays)
         # Scalar arguments steer loops and branches: every rank takes rank 0's.
-        scalars = {k: v for k, v in kwargs.items() if not _is_array(v) and k not in self.sdfg.symbols}
+        scalars = {k: v for k, v in kwargs.items() if not is_array(v) and k not in self.sdfg.symbols}
         error, values, scalars, reshapes, variant = comm.bcast(
             (error, values, scalars if rank == 0 else None, reshapes, variant), root=0)
         if error is not None:
@@ -356,22 +304,22 @@ class DistributedProgram:
             if program is not None:
                 return program._call(kwargs)
         if self.lowered.target == "gpu":    # what no variant takes on the device goes through the host
-            devices = _to_host(kwargs, self.lowered.device_args)
+            devices = to_host(kwargs, self.lowered.device_args)
             if devices:
                 out = self._run(kwargs, values, scalars, reshapes, t_call)
-                return _back_to_device(devices, kwargs, self._written, out)
+                return back_to_device(devices, kwargs, self._written, out)
         return self._run(kwargs, values, scalars, reshapes, t_call)
 
     def _variant_arguments(self, arrays) -> Tuple[str, ...]:
         from ..lowering.device_args import variant_arguments
-        return variant_arguments(self.sdfg, self.lowered, [k for k, v in arrays.items() if _on_device(v)])
+        return variant_arguments(self.sdfg, self.lowered, [k for k, v in arrays.items() if on_device(v)])
 
     def _run(self, kwargs, values, scalars, reshapes, t_call):
         comm, rank = self.comm, self.comm.rank
         kwargs.update(scalars)
         for name, shape in reshapes.items():     # size-1 dimensions only: a view of the same memory
             a = kwargs.get(name)
-            if _is_array(a) and a.shape != shape and a.size == int(np.prod(shape)):
+            if is_array(a) and a.shape != shape and a.size == int(np.prod(shape)):
                 kwargs[name] = a.reshape(shape)
         if self.lowered.rank0_only and rank != 0:
             return self._root_args.nothing()
@@ -397,8 +345,8 @@ class DistributedProgram:
             call[PACKED] = np.fromiter((call[s] for s in self._packed), np.int64, len(self._packed))
         self._reinitialise_if_sizes_changed(call)
         blas.use_threads(self.threads_per_rank)
-        if self.lowered.device_args and any(_is_cupy(call.get(a)) for a in self.lowered.device_args):
-            _wait_for_callers_stream()
+        if self.lowered.device_args and any(is_cupy(call.get(a)) for a in self.lowered.device_args):
+            wait_for_callers_stream()
         dc.fresh_return_arrays(self._compiled)     # results are handed over, not copied
         t_program = time.perf_counter()
         if blocks or reshapes:      # a rank's block is often a view (a slice of a memory map); a reshaped
@@ -423,120 +371,9 @@ def _same_but_unit_dims(got, want) -> bool:
     return tuple(d for d in got if d != 1) == tuple(int(d) for d in want if d != 1)
 
 
-def _log(msg: str, verbose: bool):
-    if verbose:
-        print(f"[distsdfg] {msg}", file=sys.stderr, flush=True)
-
-
-STAMP = "distsdfg.stamp"
-
 #: $DISTSDFG_STEP_TIMES: every call prints its time and the time in the compiled program, and
 #: every communication step its own (distsdfg_runtime.h), on stderr.
 _STEP_TIMES = os.environ.get("DISTSDFG_STEP_TIMES", "0") not in ("", "0")
-
-
-def build_key(sdfg: SDFG, code_objects=None) -> str:
-    """What a build depends on: the generated code, our runtime header, DaCe's version, the BLAS, the
-    compiler flags."""
-    import hashlib
-
-    import dace
-
-    if code_objects is None:
-        code_objects = dc.generate_code(sdfg)[1]
-    h = hashlib.sha1(dace.__version__.encode())
-    h.update(blas.configure().key().encode())
-    h.update(" ".join(toolchain.base_flags()).encode())
-    for obj in code_objects:
-        h.update(obj.name.encode())
-        h.update(_include_order_free(obj.clean_code).encode())
-    for name in sorted(os.listdir(INCLUDE_DIR)):
-        with open(os.path.join(INCLUDE_DIR, name), "rb") as f:
-            h.update(f.read())
-    return h.hexdigest()
-
-
-def _include_order_free(code: str) -> str:
-    """``code`` with its ``#include`` lines sorted first: DaCe 1.0.2 emits the headers of a program's
-    library environments (MPI, MKL) in an order that differs between a fresh and an existing build
-    folder, which must not make an identical program rebuild."""
-    lines = code.splitlines()
-    includes = sorted(ln for ln in lines if ln.lstrip().startswith("#include"))
-    return "\n".join(includes + [ln for ln in lines if not ln.lstrip().startswith("#include")])
-
-
-def _cached(folder: str, key: str, name: str) -> bool:
-    from dace.config import Config
-    lib = os.path.join(folder, "build", f"lib{name}.{Config.get('compiler', 'library_extension')}")
-    try:
-        with open(os.path.join(folder, STAMP)) as f:
-            return f.read().strip() == key and os.path.exists(lib) and os.path.exists(
-                os.path.join(folder, "program.sdfg"))
-    except OSError:
-        return False
-
-
-def build_lock(folder: str, exclusive: bool = True):
-    """Hold a lock on the build folder ``folder``: exclusive while building, shared while loading.
-
-    Programs compiled at the same time on different communicators (each builds on its own rank 0)
-    may share a build folder: the same program, or programs of one name. The lock file lies beside
-    the folder, which a build rewrites.
-    """
-    return file_lock(folder, exclusive)
-
-
-def load_build(folder: str):
-    """Load the program built in ``folder`` (a rank other than the builder)."""
-    with build_lock(folder, exclusive=False):
-        return dc.load_compiled(folder)
-
-
-def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
-    """Compile ``sdfg`` unless its build folder already holds this exact build; returns (compiled, folder).
-
-    The stamp is written only after a complete build, so an interrupted compile is rebuilt
-    on the next run rather than loaded half-made; builders of one folder take turns (``build_lock``).
-    """
-    t0 = time.time()
-    with build_lock(sdfg.build_folder), dc.release_build():
-        if getattr(getattr(sdfg, "_distsdfg", None), "target", "cpu") == "gpu":
-            with build_settings(sdfg.build_folder):
-                return _build(sdfg, verbose, rebuild, t0)
-        return _build(sdfg, verbose, rebuild, t0)
-
-
-def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
-    blas.check_program(sdfg)
-    folder = sdfg.build_folder
-    wrap = packing(sdfg, keep=(PLAN_LEN,))      # per-rank symbols in one array, above a threshold
-    low = getattr(sdfg, "_distsdfg", None)           # validated by the lowering, unless changed since
-    validate = not (low is not None and getattr(low, "validated", "") == dc.structure_fingerprint(sdfg))
-    # The compile's shared parts (precompiled header, host steps), if this machine lacks them, are
-    # built by the compiler while Python generates the code.
-    prepared = (toolchain.in_background(toolchain.prepare, *toolchain.shared_parts(sdfg))
-                if getattr(low, "target", "cpu") == "cpu" else (lambda: None))
-    try:
-        program, objects = dc.generate_code(sdfg, wrap=wrap, validate=validate)   # once: key and build
-    finally:
-        prepared()
-    key = build_key(sdfg, objects)
-    rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")
-    if not rebuild and _cached(folder, key, sdfg.name):
-        _log(f"{sdfg.name}: reusing the build in {folder} ({time.time() - t0:.1f}s)", verbose)
-        return dc.load_compiled(folder), folder
-    try:
-        os.remove(os.path.join(folder, STAMP))
-    except OSError:
-        pass
-    if program.is_loaded():       # a library of this name is loaded here: build under another name
-        program, objects = dc.generate_code(sdfg, rename_if_loaded=True, wrap=wrap, validate=False)
-    _log(f"{sdfg.name}: generating and compiling C++ ...", verbose)
-    how = toolchain.build_program(program, objects, folder)
-    with open(os.path.join(folder, STAMP), "w") as f:
-        f.write(key)
-    _log(f"{sdfg.name}: compiled in {time.time() - t0:.1f}s ({how})", verbose)
-    return dc.load_compiled(folder, program), folder
 
 
 def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None,

@@ -8,7 +8,7 @@ buffers are persistent too (``distsdfg.lowering.buffers``) and must be re-made w
 
 Uses CuPy arrays on rank 0 when CuPy imports, NumPy arrays otherwise; rank 0 writes one JSON
 record per check (``kind`` is the array module of what came back; ``host_copies``: how many CuPy
-arguments the call copied to the host, ``distsdfg.runtime.program._to_host``, the only place
+arguments the call copied to the host, ``distsdfg.runtime.program.to_host``, the only place
 distsdfg does; ``variant``: whether the call ran the device-argument variant,
 ``distsdfg.lowering.device_args``). At one rank CuPy calls copy nothing; on more ranks (staged
 communication) each CuPy argument is copied to the host once.
@@ -46,13 +46,13 @@ def main(path: str, target: str = "gpu") -> None:
     rng = np.random.default_rng(7)
     records = []
     copied = []
-    to_host = program_module._to_host
+    to_host = program_module.to_host
 
     def counted(kwargs, keep=()):
         moved = to_host(kwargs, keep)
         copied.extend(moved)
         return moved
-    program_module._to_host = counted
+    program_module.to_host = counted
 
     def ran_variant(prog):
         return any(v is not None for v in getattr(prog, "_variants", {}).values())
@@ -86,7 +86,7 @@ def main(path: str, target: str = "gpu") -> None:
         records.append({"check": "affine in place", "kind": type(B).__module__.split(".")[0],
                         "rel_err": _rel_err(xp, B, 2.0 * A + 1.0), "host_copies": len(copied),
                         "variant": ran_variant(affine)})
-    program_module._to_host = to_host
+    program_module.to_host = to_host
     if comm.rank == 0:
         with open(path, "w") as f:
             json.dump(records, f, indent=1)

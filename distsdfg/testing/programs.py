@@ -396,35 +396,6 @@ def _trimul_ref(A, B):
     return np.where(np.tril(np.ones_like(C), -1) > 0, 2.0 * C, C)
 
 
-@dace.program
-def sym_lower(A: dace.float64[30, 30]):
-    C = np.zeros((30, 30))
-    for i, j in dace.map[0:30, 0:30]:
-        if j <= i:
-            C[i, j] = A[i, j] + A[j, i]
-    return C
-
-@dace.program
-def strided_pick(A: dace.float64[101], B: dace.float64[101]):
-    C = np.empty([50], dtype=np.float64)
-    for i in dace.map[0:50]:
-        C[i] = A[2 * i] + 3.0 * B[2 * i + 1]
-    return C
-
-
-@dace.program
-def shifted_stencil(A: dace.float64[29, 31]):
-    out = np.zeros_like(A)
-    out[2:-1, 1:-2] = 0.5 * A[0:-3, 1:-2] + A[3:, 2:-1] - A[2:-1, 0:-3]
-    return out
-
-
-def _shifted_stencil_ref(A):
-    out = np.zeros_like(A)
-    out[2:-1, 1:-2] = 0.5 * A[0:-3, 1:-2] + A[3:, 2:-1] - A[2:-1, 0:-3]
-    return out
-
-
 def _spd(r, n=256):
     m = r.random((n, n))
     return {"A": m @ m.T / n + np.eye(n), "b": r.random(n), "x": np.zeros(n), "iters": np.zeros(1, dtype=np.int64),
@@ -481,10 +452,6 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
     Program("mlp_sgd", mlp_sgd, lambda r: {"x": r.random((64, 32)) - 0.5, "y": r.random((64, 16)),
                                            "W1": r.random((32, 48)) - 0.5, "W2": r.random((48, 16)) - 0.5, "lr": 0.1},
             _mlp_sgd_ref, (("NB", 64), ("NI", 32), ("NHID", 48), ("NO", 16)), outputs=("W1", "W2")),
-    Program("sym_lower", sym_lower, lambda r: {"A": r.random((30, 30))}, lambda A: np.tril(A + A.T)),
-    Program("strided_pick", strided_pick, lambda r: {"A": r.random(101), "B": r.random(101)},
-            lambda A, B: A[0:100:2] + 3.0 * B[1:101:2]),
-    Program("shifted_stencil", shifted_stencil, lambda r: {"A": r.random((29, 31))}, _shifted_stencil_ref),
     Program("trimul", trimul, lambda r: {"A": r.random((24, 20)), "B": r.random((20, 24))}, _trimul_ref),
     Program("sgd_lr", sgd_lr, lambda r: {"w": r.random(64), "g": r.random(64), "lr": np.full(1, 0.25)},
             lambda w, g, lr: {"w": w - lr[0] * g}, (("N", 64),), outputs=("w",)),
@@ -505,7 +472,8 @@ def get(name: str) -> Program:
         return transformed(get(base), how)
     if name not in PROGRAMS:
         from .accumulations import ACCUMULATIONS       # accumulations in maps (issue 21)
+        from .offsets import OFFSETS                   # transposed, strided and shifted reads (hK's sweep)
         from .triangular import TRIANGULAR             # triangular loops, loops of library calls (issue 23)
-        return {**ACCUMULATIONS, **TRIANGULAR}[name]
+        return {**ACCUMULATIONS, **TRIANGULAR, **OFFSETS}[name]
     return PROGRAMS[name]
 

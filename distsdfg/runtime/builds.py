@@ -1,0 +1,131 @@
+"""Rank 0's build of a lowered program: generated once, keyed by what it compiles (DaCe's version,
+the generated code, the headers), reused from its folder when the key matches, under a file lock
+so that concurrent jobs on one machine build a folder once; loaded on every rank."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from dace.sdfg import SDFG
+
+from .. import dace_compat as dc
+from ..dace_compat.pack import packing
+from ..lowering import blas
+from ..lowering.gpu import build_settings
+from ..lowering.rewriter import PLAN_LEN
+from ..mpi.environment import INCLUDE_DIR
+from . import toolchain
+from .locks import file_lock
+
+STAMP = "distsdfg.stamp"
+
+
+def _log(msg: str, verbose: bool):
+    if verbose:
+        print(f"[distsdfg] {msg}", file=sys.stderr, flush=True)
+
+
+
+def build_key(sdfg: SDFG, code_objects=None) -> str:
+    """What a build depends on: the generated code, our runtime header, DaCe's version, the BLAS, the
+    compiler flags."""
+    import hashlib
+
+    import dace
+
+    if code_objects is None:
+        code_objects = dc.generate_code(sdfg)[1]
+    h = hashlib.sha1(dace.__version__.encode())
+    h.update(blas.configure().key().encode())
+    h.update(" ".join(toolchain.base_flags()).encode())
+    for obj in code_objects:
+        h.update(obj.name.encode())
+        h.update(_include_order_free(obj.clean_code).encode())
+    for name in sorted(os.listdir(INCLUDE_DIR)):
+        with open(os.path.join(INCLUDE_DIR, name), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def _include_order_free(code: str) -> str:
+    """``code`` with its ``#include`` lines sorted first: DaCe 1.0.2 emits the headers of a program's
+    library environments (MPI, MKL) in an order that differs between a fresh and an existing build
+    folder, which must not make an identical program rebuild."""
+    lines = code.splitlines()
+    includes = sorted(ln for ln in lines if ln.lstrip().startswith("#include"))
+    return "\n".join(includes + [ln for ln in lines if not ln.lstrip().startswith("#include")])
+
+
+def _cached(folder: str, key: str, name: str) -> bool:
+    from dace.config import Config
+    lib = os.path.join(folder, "build", f"lib{name}.{Config.get('compiler', 'library_extension')}")
+    try:
+        with open(os.path.join(folder, STAMP)) as f:
+            return f.read().strip() == key and os.path.exists(lib) and os.path.exists(
+                os.path.join(folder, "program.sdfg"))
+    except OSError:
+        return False
+
+
+def build_lock(folder: str, exclusive: bool = True):
+    """Hold a lock on the build folder ``folder``: exclusive while building, shared while loading.
+
+    Programs compiled at the same time on different communicators (each builds on its own rank 0)
+    may share a build folder: the same program, or programs of one name. The lock file lies beside
+    the folder, which a build rewrites.
+    """
+    return file_lock(folder, exclusive)
+
+
+def load_build(folder: str):
+    """Load the program built in ``folder`` (a rank other than the builder)."""
+    with build_lock(folder, exclusive=False):
+        return dc.load_compiled(folder)
+
+
+def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
+    """Compile ``sdfg`` unless its build folder already holds this exact build; returns (compiled, folder).
+
+    The stamp is written only after a complete build, so an interrupted compile is rebuilt
+    on the next run rather than loaded half-made; builders of one folder take turns (``build_lock``).
+    """
+    t0 = time.time()
+    with build_lock(sdfg.build_folder), dc.release_build():
+        if getattr(getattr(sdfg, "_distsdfg", None), "target", "cpu") == "gpu":
+            with build_settings(sdfg.build_folder):
+                return _build(sdfg, verbose, rebuild, t0)
+        return _build(sdfg, verbose, rebuild, t0)
+
+
+def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
+    blas.check_program(sdfg)
+    folder = sdfg.build_folder
+    wrap = packing(sdfg, keep=(PLAN_LEN,))      # per-rank symbols in one array, above a threshold
+    low = getattr(sdfg, "_distsdfg", None)           # validated by the lowering, unless changed since
+    validate = not (low is not None and getattr(low, "validated", "") == dc.structure_fingerprint(sdfg))
+    # The compile's shared parts (precompiled header, host steps), if this machine lacks them, are
+    # built by the compiler while Python generates the code.
+    prepared = (toolchain.in_background(toolchain.prepare, *toolchain.shared_parts(sdfg))
+                if getattr(low, "target", "cpu") == "cpu" else (lambda: None))
+    try:
+        program, objects = dc.generate_code(sdfg, wrap=wrap, validate=validate)   # once: key and build
+    finally:
+        prepared()
+    key = build_key(sdfg, objects)
+    rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")
+    if not rebuild and _cached(folder, key, sdfg.name):
+        _log(f"{sdfg.name}: reusing the build in {folder} ({time.time() - t0:.1f}s)", verbose)
+        return dc.load_compiled(folder), folder
+    try:
+        os.remove(os.path.join(folder, STAMP))
+    except OSError:
+        pass
+    if program.is_loaded():       # a library of this name is loaded here: build under another name
+        program, objects = dc.generate_code(sdfg, rename_if_loaded=True, wrap=wrap, validate=False)
+    _log(f"{sdfg.name}: generating and compiling C++ ...", verbose)
+    how = toolchain.build_program(program, objects, folder)
+    with open(os.path.join(folder, STAMP), "w") as f:
+        f.write(key)
+    _log(f"{sdfg.name}: compiled in {time.time() - t0:.1f}s ({how})", verbose)
+    return dc.load_compiled(folder, program), folder

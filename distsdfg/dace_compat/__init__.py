@@ -240,8 +240,7 @@ def _widened_to_affine_corners(result: dace.Memlet, memlets: Sequence[dace.Memle
                                                  for m in memlets):
         return result
     ranges = list(sub.ranges)
-    changed = False
-    for d, (b, e, st) in enumerate(ranges):
+    for d, (b, e, _) in enumerate(sub.ranges):
         for m in memlets:
             msub = subsets.Range.from_indices(m.subset) if isinstance(m.subset, subsets.Indices) else m.subset
             if d >= len(msub.ranges):
@@ -249,12 +248,12 @@ def _widened_to_affine_corners(result: dace.Memlet, memlets: Sequence[dace.Memle
             lo = _affine_extremes(msub.ranges[d][0], params, rng)
             hi = _affine_extremes(msub.ranges[d][1], params, rng)
             if lo is not None and sympy.sympify(b - lo[0]).is_positive:
-                b, changed = lo[0], True
+                b = lo[0]
             if hi is not None and sympy.sympify(hi[1] - e).is_positive:
-                e, changed = hi[1], True
+                e = hi[1]
         if (b, e) != ranges[d][:2]:
             ranges[d] = (b, e, 1)
-    if not changed:
+    if ranges == list(sub.ranges):
         return result
     out = dace.Memlet(data=result.data, subset=subsets.Range(ranges), wcr=result.wcr)
     out.dynamic = result.dynamic

@@ -107,7 +107,8 @@ def defer(sdfg: SDFG, nprocs: int, missing: str, *, target: str = "cpu", comm: s
                                        f"(prog.to_sdfg()) for another schedule")
     placed = placed_arrays(sdfg, placement)         # refuses bad placements now, not at the first call
     sizes = tuple(sorted(str(s) for s in sdfg.free_symbols if str(s) not in sdfg.constants))
-    sdfg._distsdfg = Deferred(nprocs, sdfg.name, source if source is not None else dc.to_json(sdfg), sizes, missing, target, comm, placement,
+    source = source if source is not None else dc.to_json(sdfg)
+    sdfg._distsdfg = Deferred(nprocs, sdfg.name, source, sizes, missing, target, comm, placement,
                               dict(plan_options or {}), {a: "" for a in sorted(placed)}, optimize)
     return sdfg
 

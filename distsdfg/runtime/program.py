@@ -291,7 +291,7 @@ class DistributedProgram:
             values, error, reshapes = self._checked(kwargs, arrays, given, P)
             if error is None and getattr(self.lowered, "data_bounds", None):
                 values, error = inspect_call(self.lowered, arrays, values, P)
-            if len(arrays) > len([a for a in arrays.values() if isinstance(a, np.ndarray)]):
+            if any(on_device(a) for a in arrays.values()):
                 variant = self._variant_arguments(arrays)
         # Scalar arguments steer loops and branches: every rank takes rank 0's.
         scalars = {k: v for k, v in kwargs.items() if not is_array(v) and k not in self.sdfg.symbols}

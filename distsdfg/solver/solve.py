@@ -83,6 +83,7 @@ def _splits_that_work(vshape, gshape, lshape) -> str:
     return (f"split dimension {d} of the view (extent {v}) into one of {good} parts (blocks that are whole rows "
             f"of the merged inner dimensions, or lie within one), or not at all")
 
+
 def _unclipped_blocks(lay, array, values, nranks, gshape, homes):
     if lay.home:
         return _home_blocks(lay, values, nranks, gshape, homes or {})

@@ -5,7 +5,9 @@ picks GEMM, GEMV, a dot product or a batched product. After rank tiling a block 
 1 where the program's array had more: a contraction axis split so that each rank holds one
 index makes ``(M, 1) @ (1, N)`` (an outer product), which DaCe takes for a dot product ("Output
 of dot product must be a single element"); a batch block of one leaves ``[3, 3, 7] x [3, 7]``, for
-which it has no expansion. Such programs are valid schedules: they failed only at compile time.
+which it has no expansion; a matrix-vector product whose contraction block has extent 1,
+``(M, 1) @ (1,)``, squeezes the vector to a scalar ("Output of dot product must be a single
+element"). Such programs are valid schedules: they failed only at compile time.
 
 ``degenerate_matmuls_to_maps`` replaces every ``MatMul`` node that DaCe would misread by two maps on the
 operands' real shapes: one that zeroes the output block, then one over output and contraction
@@ -23,7 +25,7 @@ from dace.sdfg import SDFG, nodes
 
 from . import all_states
 
-__all__ = ["degenerate_matmuls_to_maps", "misread_by_dace"]
+__all__ = ["degenerate_matmuls_to_maps", "misread_by_dace", "vector_product"]
 
 
 def _is_one(d) -> bool:
@@ -58,12 +60,26 @@ def is_matrix_product(sa: Sequence, sb: Sequence, sc: Sequence) -> bool:
     return all(_same(x, y) for s in (sa, sb) for x, y in zip(s[:-2], sc[len(sc) - len(s):-2]))
 
 
+def vector_product(sa: Sequence, sb: Sequence, sc: Sequence) -> Optional[str]:
+    """``"mv"`` when subsets of sizes ``sa``, ``sb``, ``sc`` are a matrix times a vector
+    (``(M, K) @ (K,) -> (M,)``), ``"vm"`` for a vector times a matrix (``(K,) @ (K, N) -> (N,)``),
+    else None."""
+    if len(sa) == 2 and len(sb) == 1 and len(sc) == 1 and _same(sa[1], sb[0]) and _same(sa[0], sc[0]):
+        return "mv"
+    if len(sa) == 1 and len(sb) == 2 and len(sc) == 1 and _same(sa[0], sb[0]) and _same(sb[1], sc[0]):
+        return "vm"
+    return None
+
+
 def misread_by_dace(sa: Sequence, sb: Sequence, sc: Sequence) -> bool:
     """Whether DaCe 1.0.2's MatMul expansion, which squeezes out size-1 dimensions, would compute
     something other than the matrix product of operands of sizes ``sa`` and ``sb`` (output ``sc``),
     or fail to expand it. Only products whose subsets are a matrix product dimension for dimension
     (``is_matrix_product``) qualify: in ``d[0:N, i] @ B`` the size-1 dimension is an index, and
     DaCe's reading (a vector times a matrix) is the program's."""
+    kind = vector_product(sa, sb, sc)
+    if kind is not None:        # a contraction of extent 1 squeezes the vector to a scalar: no GEMV
+        return _is_one(sa[-1])
     if not is_matrix_product(sa, sb, sc):
         return False
     if (_rank(sa), _rank(sb)) == (len(sa), len(sb)):
@@ -104,13 +120,19 @@ def _sym(name: str):
 def _replace(sdfg: SDFG, state, node, ea, eb, ec) -> None:
     ra, rb, rc = ea.data.subset, eb.data.subset, ec.data.subset
     sa, sb, sc = ra.size(), rb.size(), rc.size()
-    nbatch = len(sc) - 2
-    bparams = [f"__mm_b{i}" for i in range(nbatch)]
     i, j, k = "__mm_i", "__mm_j", "__mm_k"
-    out_ranges = {p: f"0:{n}" for p, n in zip(bparams + [i, j], sc)}
-    a_params: List[Optional[str]] = bparams[len(bparams) - (len(sa) - 2):] + [i, k] if len(sa) > 2 else [i, k]
-    b_params: List[Optional[str]] = bparams[len(bparams) - (len(sb) - 2):] + [k, j] if len(sb) > 2 else [k, j]
-    c_params = bparams + [i, j]
+    kind = vector_product(sa, sb, sc)
+    if kind is not None:        # (M, K) @ (K,) or (K,) @ (K, N)
+        a_params: List[Optional[str]] = [i, k] if kind == "mv" else [k]
+        b_params: List[Optional[str]] = [k] if kind == "mv" else [k, j]
+        c_params = [i] if kind == "mv" else [j]
+    else:
+        nbatch = len(sc) - 2
+        bparams = [f"__mm_b{i}" for i in range(nbatch)]
+        a_params = bparams[len(bparams) - (len(sa) - 2):] + [i, k] if len(sa) > 2 else [i, k]
+        b_params = bparams[len(bparams) - (len(sb) - 2):] + [k, j] if len(sb) > 2 else [k, j]
+        c_params = bparams + [i, j]
+    out_ranges = {p: f"0:{n}" for p, n in zip(c_params, sc)}
     src_a, src_b, dst_c = ea.src, eb.src, ec.dst
     state.remove_node(node)
     zero = state.add_access(dst_c.data)
@@ -147,7 +169,7 @@ def degenerate_matmuls_to_maps(sdfg: SDFG) -> int:
             if getattr(node, "alpha", 1) != 1 or getattr(node, "beta", 0) != 0:
                 continue
             sa, sb, sc = ea.data.subset.size(), eb.data.subset.size(), ec.data.subset.size()
-            if len(sc) < 2 or len(sa) < 2 or len(sb) < 2 or not misread_by_dace(sa, sb, sc):
+            if not misread_by_dace(sa, sb, sc):
                 continue
 
             _replace(sdfg, state, node, ea, eb, ec)

@@ -414,7 +414,7 @@ class MachineRewriter(HomePlanning, BoundarySteps, ReplicatedKernels, Rewriter):
         cp = self.copy_of(ev)
         if cp is not None:             # a copy between distributed copies: a read of its source
             return "hold" if arr == cp[1] else None
-        return "root" if arr in ev[1] and ev[3] is not None else None
+        return "root" if arr in self.roots(ev[1]) and ev[3] is not None else None
 
     # -- rank-0 accesses ----------------------------------------------------------------------
     def copy_of(self, ev) -> Optional[Tuple[str, str, nodes.AccessNode, object, Tuple]]:

@@ -173,8 +173,13 @@ class Rewriter:
         return "end"
 
     def root_event_use(self, ev: Tuple, arr: str) -> Optional[str]:
-        """What a rank-0 event does to ``arr`` for ``next_use`` (None: nothing that counts)."""
-        return "root" if arr in ev[1] else None
+        """What a rank-0 event does to ``arr`` for ``next_use`` (None: nothing that counts). The event
+        names what it touches as it reads it: a reshape view of ``arr`` (a library node reading
+        ``prod`` through ``Y = prod.reshape(4, 36)``) is a use of ``arr``."""
+        return "root" if arr in self.roots(ev[1]) else None
+
+    def roots(self, names) -> set:
+        return {self.root(a) for a in names}
 
     def needs_gather(self, arr: str) -> bool:
         nxt = self.next_use(arr)

@@ -1,0 +1,38 @@
+"""Unit tier for the fixes of hQ's sweep of npbench-style kernels (round 2): what the lowering
+plans, nothing compiled. The same programs run under mpiexec in ``test_mpi.py``."""
+import distsdfg
+from distsdfg.testing.programs import get
+
+
+def _steps(name, schedule):
+    sdfg = get(name).sdfg()
+    distsdfg.lower(sdfg, schedule)
+    return [(s.kind, s.array) for s in sdfg._distsdfg.steps]
+
+
+def test_a_map_result_read_through_a_reshape_view_on_rank_0_is_gathered():
+    # The einsum 'kij,k->ij' stays on rank 0 (complex MatMul) and reads G * D through the view
+    # (4, 36) of the map's transient result: the map's blocks must come back to rank 0 first.
+    for grid in ((1, 1, 1), (2, 1, 1), (1, 1, 3)):
+        steps = _steps("weighted_product", {"_Mult__map": grid})
+        assert [k for k, _ in steps] == ["scatter", "scatter", "gather"], steps
+        assert steps[2][1].startswith("__tmp"), steps        # the product, not an argument
+
+
+def test_a_matrix_vector_product_with_a_contraction_block_of_one_is_misread_by_dace():
+    from distsdfg.dace_compat.matmul import misread_by_dace, vector_product
+    assert vector_product([3, 1], [1], [3]) == "mv" and vector_product([1], [1, 3], [3]) == "vm"
+    assert misread_by_dace([3, 1], [1], [3]) and misread_by_dace([1], [1, 3], [3])
+    assert misread_by_dace([1, 1], [1], [1])
+    assert not misread_by_dace([3, 2], [2], [3]) and not misread_by_dace([2], [2, 3], [3])
+    assert not misread_by_dace([1, 2], [2], [1])          # one row: a dot product into one element
+
+
+def test_a_split_matrix_vector_product_becomes_maps_where_dace_would_misread_it():
+    for name in ("short_matvec", "short_vecmat"):
+        sdfg = get(name).sdfg()
+        distsdfg.lower(sdfg, {"_MatMult_._GEMV__map": (1, 2)}, nprocs=2)
+        kinds = {type(n).__name__ for n, _ in sdfg.all_nodes_recursive()}
+        labels = {n.label for n, _ in sdfg.all_nodes_recursive() if type(n).__name__ == "MapEntry"}
+        assert "MatMul" not in kinds, (name, kinds)
+        assert any(lb.endswith("_products_map") for lb in labels), (name, labels)

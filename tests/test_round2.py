@@ -36,3 +36,21 @@ def test_a_split_matrix_vector_product_becomes_maps_where_dace_would_misread_it(
         labels = {n.label for n, _ in sdfg.all_nodes_recursive() if type(n).__name__ == "MapEntry"}
         assert "MatMul" not in kinds, (name, kinds)
         assert any(lb.endswith("_products_map") for lb in labels), (name, labels)
+
+
+def test_the_gather_before_a_write_through_a_view_is_ordered_before_its_writer():
+    # Distributed placement: rank 0 gathers the result's blocks into its whole copy before the
+    # einsum writes it through the view (1, 36); the order went into the view node alone, so
+    # the gather could run after the einsum and overwrite its result (relative error 1.0).
+    import networkx as nx
+    from distsdfg.mpi import DistributedMemlet
+    sdfg = get("weighted_product").sdfg()
+    distsdfg.lower(sdfg, {"_Mult__map": (2, 1, 1)}, placement="distributed", nprocs=2)
+    seen = 0
+    for state in sdfg.states():
+        einsums = [n for n in state.nodes() if type(n).__name__ == "MatMul"]
+        for mm in einsums:
+            for dm in (n for n in state.nodes() if isinstance(n, DistributedMemlet)):
+                seen += 1
+                assert nx.has_path(state.nx, dm, mm) or nx.has_path(state.nx, mm, dm), dm.label
+    assert seen >= 3

@@ -34,6 +34,7 @@ from dace.sdfg import SDFG, SDFGState, nodes
 
 from .. import dace_compat as dc
 from ..analysis.constraints import ArrayConstraint, KernelPlan
+from .ordering import order_before, writers_through_view
 from ..errors import DistributedLoweringError
 from .lowered import ArrayState, Holding
 from .boundary import BoundarySteps
@@ -216,16 +217,8 @@ class MachineRewriter(HomePlanning, BoundarySteps, ReplicatedKernels, Rewriter):
             target = feeders[0] if feeders else None
         if target is None:
             target = state.add_access(x)
-            feeders = [e.src for e in state.in_edges(node) if isinstance(e.src, nodes.AccessNode)]
-            if isinstance(node, nodes.LibraryNode) and feeders:
-                # Library nodes validate their connectors: order through their inputs instead.
-                # A view has one edge, to or from its array: order through that array's node
-                # (correlation's ``data[:, i] @ data[:, i + 1:M]``: an extra edge into the view
-                # of ``data`` made it ambiguous, and DaCe rejected the SDFG).
-                for f in dict.fromkeys(_through_views(state, f) for f in feeders):
-                    state.add_nedge(target, f, dace.Memlet())
-            else:
-                state.add_nedge(target, node, dace.Memlet())
+            for first in writers_through_view(state, node):
+                order_before(state, target, first)
         self.dm(state, self.raw_step(x, h.layout, self.whole(x, ROOT_HOME)), src_node, target)
         st.root_valid = True
 
@@ -414,7 +407,7 @@ class MachineRewriter(HomePlanning, BoundarySteps, ReplicatedKernels, Rewriter):
         cp = self.copy_of(ev)
         if cp is not None:             # a copy between distributed copies: a read of its source
             return "hold" if arr == cp[1] else None
-        return "root" if arr in self.roots(ev[1]) and ev[3] is not None else None
+        return "root" if arr in {self.root(a) for a in ev[1]} and ev[3] is not None else None
 
     # -- rank-0 accesses ----------------------------------------------------------------------
     def copy_of(self, ev) -> Optional[Tuple[str, str, nodes.AccessNode, object, Tuple]]:
@@ -489,11 +482,3 @@ class MachineRewriter(HomePlanning, BoundarySteps, ReplicatedKernels, Rewriter):
             if x in self.repl and st.all_valid:
                 outs = [e.dst for e in state.out_edges(node) if isinstance(e.dst, nodes.AccessNode) and e.dst.data == x]
                 st.holdings = [self.repl_holding(x, state, outs[0] if outs else None)]
-
-
-def _through_views(state: SDFGState, node: nodes.AccessNode) -> nodes.AccessNode:
-    """The access node a read view takes its data from (``node`` itself when it is no view)."""
-    while isinstance(node.desc(state.sdfg), dt.View) and state.in_degree(node) == 1 \
-            and isinstance(state.in_edges(node)[0].src, nodes.AccessNode):
-        node = state.in_edges(node)[0].src
-    return node

@@ -173,13 +173,9 @@ class Rewriter:
         return "end"
 
     def root_event_use(self, ev: Tuple, arr: str) -> Optional[str]:
-        """What a rank-0 event does to ``arr`` for ``next_use`` (None: nothing that counts). The event
-        names what it touches as it reads it: a reshape view of ``arr`` (a library node reading
-        ``prod`` through ``Y = prod.reshape(4, 36)``) is a use of ``arr``."""
-        return "root" if arr in self.roots(ev[1]) else None
-
-    def roots(self, names) -> set:
-        return {self.root(a) for a in names}
+        """What a rank-0 event does to ``arr`` for ``next_use`` (None: nothing that counts); a read
+        through a reshape view of ``arr`` (an einsum reading ``prod`` as ``(4, 36)``) is a use of it."""
+        return "root" if arr in {self.root(a) for a in ev[1]} else None
 
     def needs_gather(self, arr: str) -> bool:
         nxt = self.next_use(arr)

@@ -54,3 +54,14 @@ def test_the_gather_before_a_write_through_a_view_is_ordered_before_its_writer()
                 seen += 1
                 assert nx.has_path(state.nx, dm, mm) or nx.has_path(state.nx, mm, dm), dm.label
     assert seen >= 3
+
+
+def test_a_complex_scalar_argument_is_refused_with_the_one_element_array_fix():
+    import pytest
+    from distsdfg.errors import UnsupportedProgramError
+    from distsdfg.testing.round2 import complex_scalar
+    sdfg = complex_scalar.to_sdfg()
+    with pytest.raises(UnsupportedProgramError, match=r"argument `s` .*complex128 scalar.*dace.complex128\[1\]"):
+        distsdfg.lower(sdfg, {"_Mult__map": (2, 1)})
+    sdfg = get("complex_factor").sdfg()
+    distsdfg.lower(sdfg, {"_Mult__map": (2, 1)})        # the array form lowers

@@ -55,6 +55,21 @@ def _refuse_split(k, grids) -> None:
                 f"a dace.map so that it can be split")
 
 
+def _refuse_complex_scalars(sdfg: SDFG) -> None:
+    """DaCe 1.0.2 hands a complex scalar argument to the compiled program through the ctypes type
+    of its table (``long double`` for complex128, ``uint64`` for complex64), which the C function
+    reads as garbage: wrong results with DaCe alone too. Refused by name, with the fix."""
+    from ..errors import UnsupportedProgramError
+    for name, desc in sdfg.arrays.items():
+        if isinstance(desc, dace.data.Scalar) and not desc.transient and desc.dtype in (dace.complex64,
+                                                                                         dace.complex128):
+            raise UnsupportedProgramError(
+                f"argument `{name}` of `{sdfg.name}` is a {desc.dtype.to_string()} scalar, which DaCe 1.0.2 passes to "
+                f"the compiled program as a `long double` or `uint64` (its value is lost: wrong results, with DaCe "
+                f"alone too); declare it as a one-element array (`{name}: dace.{desc.dtype.to_string()}[1]`), "
+                f"use `{name}[0]`, and pass `np.array([value])`")
+
+
 def validate_lowered(sdfg: SDFG, original: str, schedule: Schedule) -> None:
     """DaCe's validation of a lowered SDFG; a failure is the rewrite's limit, refused by name."""
     try:
@@ -85,6 +100,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
         raise DistributedLoweringError(f"comm={comm!r} does not go with target={target!r}: device buffers need "
                                        f"target='gpu', the emulated device path target='cpu'")
     require_sdfg(sdfg, "distsdfg.lower")
+    _refuse_complex_scalars(sdfg)
     if getattr(sdfg, "_distsdfg", None) is not None:
         raise LoweredStateError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
                                        f"(prog.to_sdfg()) for another schedule")

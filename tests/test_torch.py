@@ -143,11 +143,11 @@ def test_permute_of_permute_reads_the_first_source():
 def test_unsupported_operator_names_op_and_source_line():
     class Cum(nn.Module):
         def forward(self, x):
-            return torch.cumsum(x, dim=0) + 1.0
+            return torch.cumprod(x, dim=0) + 1.0
     with pytest.raises(UnsupportedOpError) as info:
         distsdfg.from_torch(Cum(), (torch.randn(4, 3),))
     msg = str(info.value)
-    assert "aten.cumsum" in msg and "test_torch.py" in msg and "torch.cumsum(x, dim=0)" in msg
+    assert "aten.cumprod" in msg and "test_torch.py" in msg and "torch.cumprod(x, dim=0)" in msg
 
 
 def test_program_interface():

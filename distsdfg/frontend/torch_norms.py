@@ -92,12 +92,16 @@ def batch_norm_train(em, name, meta, args, kwargs):
     out = _affine(em, name, shape, dtype, [x, mean, rstd], "(a0 - a1) * a2", w, b)
     C = shape[1]
     outs = [out, reshape_line(em, name + "_mean_v", mean, (C,)), reshape_line(em, name + "_rstd_v", rstd, (C,))]
-    if len(rest) == 4 and running is not None and running[0] is not None:
+    if running is not None and running[0] is not None:
+        # the functional form returns the new running statistics; ``native_batch_norm`` updates its
+        # arguments in place (in a training step: the step's own copies of the buffers, its outputs)
         m, L = momentum, lambda v: literal(v, dtype)  # noqa: E731
         for k, (r, stat, scale) in enumerate(((running[0], mean, 1), (running[1], ss, 1 / max(count - 1, 1)))):
             flat = reshape_line(em, f"{name}_stat{k}", stat, (C,))
-            outs.append(em.elementwise(f"{name}_running{k}", (C,), dtype, [r, flat],
-                                       f"{L(1 - m)} * a0 + {L(m * scale)} * a1"))
+            new = em.elementwise(f"{name}_running{k}", (C,), dtype, [r, flat], f"{L(1 - m)} * a0 + {L(m * scale)} * a1",
+                                 out=None if len(rest) == 4 or r.is_const or r.view else r)
+            if len(rest) == 4:
+                outs.append(new)
     elif len(rest) == 4:
         outs += [Val(None, tuple(s), np.dtype(d or dtype), 0) for s, d in rest[2:]]
     return tuple(outs)

@@ -179,11 +179,14 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
 
     def step(tp, fp, bufs, xs_, y_):
         def loss_of(tp_):
-            state = {**dict(zip(keys, tp_)), **dict(zip(fkeys, fp)), **dict(zip(bkeys, bufs))}
+            # the buffers as tensors of the step itself: a module may update them in place (batch norm's
+            # running statistics in training mode); their final values are the step's further outputs
+            own = tuple(b.clone() for b in bufs)
+            state = {**dict(zip(keys, tp_)), **dict(zip(fkeys, fp)), **dict(zip(bkeys, own))}
             out = torch.func.functional_call(module, state, xs_)
-            return loss_fn(out, y_)
-        grads, loss = torch.func.grad_and_value(loss_of)(tp)
-        return (loss, *grads)
+            return loss_fn(out, y_), own
+        grads, (loss, new_bufs) = torch.func.grad_and_value(loss_of, has_aux=True)(tp)
+        return (loss, *grads, *new_bufs)
 
     detach = lambda d: tuple(v.detach() for v in d.values())  # noqa: E731
     try:
@@ -242,8 +245,13 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
             values[name] = to_numpy(value, name).reshape(tuple(shape) or (1,))
             env[node] = Val(name, tuple(shape), np.dtype(dtype))
     outs = emit_graph(em, gm.graph, env)
-    loss, grads = outs[0], outs[1:]
+    loss, grads, new_bufs = outs[0], outs[1:1 + len(keys)], outs[1 + len(keys):]
     loss_out = output_vals(em, [loss], {a.name for a in args})
+    # Buffers the forward updated (batch norm's running statistics): written back after the graph
+    for key, new in zip(bkeys, new_bufs):
+        b = next(a for a in args if a.kind == "buffer" and a.source == key)
+        if isinstance(new, Val) and new.name != b.name:
+            em.elementwise(f"update_{b.name}", b.shape, b.dtype, [new], "a0", out=Val(b.name, b.shape, b.dtype))
 
     # Optimizer: a step counter, one learning rate per group, then one update kernel per parameter.
     step_arg = Argument(array_name("optim_step", taken), "step", "step", (1,), np.dtype(np.float64))

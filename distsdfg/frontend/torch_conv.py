@@ -1,13 +1,15 @@
 """Convolution and pooling of the torch operator table (``torch_ops.EMITTERS``), forward and backward.
 
-A convolution is one matrix product on the unfolded input: ``col[(n, o), (c, k)] = xpad[n, c, s*o + d*k]``
+A convolution is one matrix product on the unfolded input: ``col[(n, o), (c, k)] = x[n, c, s*o + d*k - p]``
 (an element-wise map over ``(N, *out, C, *kernel)``; ``o`` the output position, ``k`` the kernel offset,
-``s`` the stride, ``d`` the dilation), then ``col @ W^T`` (a MatMul library node: BLAS) and a map that
+``s`` the stride, ``d`` the dilation, ``p`` the padding: zero outside the input, tested in the tasklet,
+so there is no padded copy), then ``col @ W^T`` (a MatMul library node: BLAS) and a map that
 puts the channels back in place and adds the bias. The backward is two more products on the same
 unfolding, ``dW = dY^T @ col`` (a contraction over the batch: a data-parallel schedule reduces it like
 any weight gradient) and ``dcol = dY @ W``, and a fold of ``dcol`` back onto the input: every input
-position gathers the kernel offsets that read it (``fold``: one map per stride phase, affine reads only,
-no accumulation through computed addresses). Pooling reads the same windows: max pooling keeps the
+position gathers the kernel offsets that read it (``fold``: one map over the input, no accumulation
+through computed addresses). Each array is written by one kernel: the lowering gathers an array that
+several kernels write to rank 0 between them. Pooling reads the same windows: max pooling keeps the
 first maximum and its flat index (PyTorch's), average pooling their mean; their backward is the same
 fold. Every kernel reads its batch row ``n`` at ``n``, so a split of the batch splits every kernel.
 """

@@ -191,7 +191,7 @@ TORCH = [
     ("not_a_module", lambda t, m, x, y: distsdfg.from_torch(lambda a: a, (x,)), ["torch.nn.Module", "function"]),
     ("input_not_a_tensor", lambda t, m, x, y: distsdfg.from_torch(m, 3), ["example_inputs", "int"]),
     ("unsupported_optimizer", lambda t, m, x, y: distsdfg.from_torch_train_step(
-        m, t.nn.functional.mse_loss, t.optim.RMSprop(m.parameters()), (x,), y), ["RMSprop", "SGD, Adam, AdamW"]),
+        m, t.nn.functional.mse_loss, t.optim.Adadelta(m.parameters()), (x,), y), ["Adadelta", "SGD, Adam, AdamW, RMSprop, Adagrad"]),
 ]
 
 

@@ -143,11 +143,11 @@ def test_permute_of_permute_reads_the_first_source():
 def test_unsupported_operator_names_op_and_source_line():
     class Cum(nn.Module):
         def forward(self, x):
-            return torch.cumsum(x, dim=0) + 1.0
+            return torch.cumprod(x, dim=0) + 1.0
     with pytest.raises(UnsupportedOpError) as info:
         distsdfg.from_torch(Cum(), (torch.randn(4, 3),))
     msg = str(info.value)
-    assert "aten.cumsum" in msg and "test_torch.py" in msg and "torch.cumsum(x, dim=0)" in msg
+    assert "aten.cumprod" in msg and "test_torch.py" in msg and "torch.cumprod(x, dim=0)" in msg
 
 
 def test_program_interface():
@@ -377,9 +377,10 @@ def _check_distributed(r, case):
         assert {"fc1_weight__exp_avg", "fc1_weight__exp_avg_sq"} <= to_root, to_root
 
 
-#: The 4-rank GPT-input cases below, run in one launch, with hN's sweep model (``torch_run.fresh``).
+#: The 4-rank GPT-input cases below, run in one launch, with hN's sweep model (``torch_run.fresh``) and
+#: hR's small CNN (``torch_run.cnn``, data-parallel: the batch of 8 split 4 ways).
 TIED, CAUSAL = "tied:train-sgd:zero2:distributed", "causal:train-sgd:zero2:distributed"
-FRESH = "fresh:train-adam:zero2:distributed"
+FRESH, CNN = "fresh:train-adam:zero2:distributed", "cnn:train-adam:batch:distributed"
 
 
 @pytest.fixture(scope="module")
@@ -387,8 +388,9 @@ def gpt_input_side(tmp_path_factory):
     """Both cases' results, checked against PyTorch and their measured bytes against comm_report."""
     out = tmp_path_factory.mktemp("gpt_input") / "out.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
-    cmd = counted_argv(4, ["-m", "distsdfg.testing.torch_run", str(out), TIED, CAUSAL, FRESH], timeout=1200)
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1300)
+    cmd = counted_argv(4, ["-m", "distsdfg.testing.torch_run", str(out), TIED, CAUSAL, FRESH, CNN],
+                        timeout=1500)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = {r["case"]: r for r in json.loads(out.read_text())}
     for r in results.values():
@@ -447,6 +449,22 @@ def test_fresh_model_zero1_uneven_batch(gpt_input_side):
     assert len(r["losses"]) == 3 and r["losses"][2] < r["losses"][0], r["losses"]
     updates = {k for k in r["schedule"] if k.startswith("adam_")}
     assert {"adam_fc1_weight", "adam_fc2_weight", "adam_gain"} <= updates, sorted(updates)
+
+
+def test_cnn_data_parallel(gpt_input_side):
+    """A small CNN (convolutions with padding and stride, max and average pooling) trained with Adam,
+    data-parallel on 4 ranks in distributed placement: three steps match PyTorch's (the fixture), every
+    convolution and pooling kernel, forward and backward, is split by the batch, and none of their
+    activations moves: only the weight and bias gradients are reduced (DDP's pattern)."""
+    r = gpt_input_side[CNN]
+    assert len(r["losses"]) == 3 and r["losses"][2] < r["losses"][0], r["losses"]
+    kernels = ("convolution", "convolution_1", "convolution_col", "convolution_backward_dx",
+               "convolution_backward_1_col", "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
+               "avg_pool2d", "avg_pool2d_backward")
+    assert all(r["schedule"][k][0] == 4 and math.prod(r["schedule"][k]) == 4 for k in kernels), r["schedule"]
+    moved = [(s["collective"], s["array"]) for s in r["report"]
+             if s["array"].startswith(("v_convolution", "v_max_pool", "v_avg_pool")) and sum(s["sent"])]
+    assert moved and all(c == "Reduce" and a.endswith(("_dw", "_db")) for c, a in moved), moved
 
 
 def test_index_inputs_are_checked():

@@ -14,7 +14,21 @@ import math
 
 from ..errors import TorchFrontendError
 
-__all__ = ["train_decompositions"]
+__all__ = ["train_decompositions", "export_decompositions"]
+
+#: Operators kept whole although PyTorch's default table decomposes them: the frontend translates them
+#: directly (``roll`` would become ``fmod`` and ``index_select`` of an ``arange``).
+KEPT = ("roll",)
+
+
+def export_decompositions() -> dict:
+    """``torch.export.default_decompositions()`` less the operators in ``KEPT``."""
+    import torch
+    table = dict(torch.export.default_decompositions())
+    for name in KEPT:
+        for overload in getattr(torch.ops.aten, name).overloads():
+            table.pop(getattr(getattr(torch.ops.aten, name), overload), None)
+    return table
 
 
 def _sdpa_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None,
@@ -49,7 +63,7 @@ def _sdpa_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, i
 def train_decompositions() -> dict:
     """``torch.export.default_decompositions()`` plus the frontend's own decompositions."""
     import torch
-    table = dict(torch.export.default_decompositions())
+    table = export_decompositions()
     op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
     if op is not None:
         table[op.default] = _sdpa_cpu_backward

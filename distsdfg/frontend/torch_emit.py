@@ -168,7 +168,9 @@ class Emitter:
             self.line(f"    _o >> {out.name}[{', '.join('0' for _ in out.storage)}]")
             self.line(f"    _o = {expr}")
             return out
-        self.kernel(out.name[2:], shape, reads, [("_o", out.name, broadcast_index(shape, shape))], f"_o = {expr}")
+        # the kernel is named after its output (``v_<name>``), or after ``base`` when it writes an argument
+        label = out.name[2:] if out.name.startswith("v_") else self.fresh(base)[2:]
+        self.kernel(label, shape, reads, [("_o", out.name, broadcast_index(shape, shape))], f"_o = {expr}")
         return out
 
     @staticmethod

@@ -28,6 +28,7 @@ import numpy as np
 from ..checks import example_tensors as _example_tensors
 from ..checks import require_module as _require_module
 from ..errors import TorchFrontendError
+from .torch_decomp import export_decompositions
 from .torch_emit import Emitter, UnsupportedOpError, Val, dace_type
 from .torch_ops import EMITTERS
 
@@ -393,7 +394,7 @@ def from_torch(module, example_inputs, *, strict: bool = False) -> TorchProgram:
         ep = torch.export.export(module, example_inputs, strict=strict)
     except Exception as exc:
         raise TorchFrontendError(f"torch.export could not trace {type(module).__name__}: {exc}") from exc
-    ep = ep.run_decompositions(torch.export.default_decompositions())
+    ep = ep.run_decompositions(export_decompositions())
     sig = ep.graph_signature
     for spec in sig.output_specs:
         if spec.kind.name != "USER_OUTPUT":

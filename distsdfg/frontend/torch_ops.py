@@ -22,7 +22,7 @@ import numpy as np
 
 from .torch_emit import (Emitter, UnsupportedOpError, Val, broadcast_index, dace_type, literal, matmul_line,
                          norm_dims, reduce, reshape_line)
-from .torch_norms import batch_norm_eval, layer_norm, var
+from .torch_norms import batch_norm_eval, batch_norm_train, group_norm, layer_norm, var, vector_norm
 
 __all__ = ["Val", "Emitter", "UnsupportedOpError", "EMITTERS", "dace_type"]
 
@@ -455,6 +455,9 @@ EMITTERS: Dict[str, Callable] = {
     "aten._softmax.default": _softmax, "aten._log_softmax.default": _log_softmax,
     "aten.native_layer_norm.default": layer_norm, "aten.native_batch_norm.default": batch_norm_eval,
     "aten._native_batch_norm_legit_no_training.default": batch_norm_eval,
+    "aten._native_batch_norm_legit_functional.default": batch_norm_train,
+    "aten._native_batch_norm_legit.no_stats": batch_norm_train, "aten.native_group_norm.default": group_norm,
+    "aten.linalg_vector_norm.default": vector_norm,
     "getitem": _getitem,
 }
 
@@ -462,3 +465,11 @@ EMITTERS: Dict[str, Callable] = {
 from .torch_indexing import INDEXING_EMITTERS  # noqa: E402  (uses the helpers above)
 
 EMITTERS.update(INDEXING_EMITTERS)
+
+# convolution and pooling, forward and backward: frontend/torch_conv.py
+from .torch_conv import CONV_EMITTERS  # noqa: E402
+# index reductions, cumsum, prod, flip, roll: frontend/torch_scans.py
+from .torch_scans import SCAN_EMITTERS  # noqa: E402
+
+EMITTERS.update(CONV_EMITTERS)
+EMITTERS.update(SCAN_EMITTERS)

@@ -2,7 +2,7 @@
 
 ``from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_targets)`` records the
 loss's forward and PyTorch's own autograd backward with ``torch.export`` (``torch_frontend``),
-then appends the update of every parameter by SGD, Adam or AdamW (with their hyper-parameters
+then appends the update of every parameter by SGD, Adam, AdamW, RMSprop or Adagrad (with their hyper-parameters
 per parameter group) as element-wise maps, and returns a ``TorchProgram`` whose arguments are
 the parameters, the optimizer state and the batch, and whose call returns the loss and writes
 the updated parameters and state in place.
@@ -26,7 +26,7 @@ from .torch_frontend import (Argument, TorchProgram, array_name, emit_graph, fin
 __all__ = ["from_torch_train_step", "zero_shardings"]
 
 
-_OPTIMIZERS = ("SGD", "Adam", "AdamW")
+_OPTIMIZERS = ("SGD", "Adam", "AdamW", "RMSprop", "Adagrad")
 
 
 def _optimizer_groups(optimizer, params: Dict[str, object]) -> Tuple[str, Dict[str, Tuple[int, dict]]]:
@@ -52,6 +52,8 @@ def _update_code(kind: str, h: dict, dtype) -> List[str]:
     Connectors: ``p`` (parameter in), ``g`` (gradient), ``lr``, ``s`` (step count after this step),
     ``<state>`` in and ``<state>_out``; writes ``p_out``."""
     L = lambda v: literal(v, dtype)  # noqa: E731
+    if kind in ("RMSprop", "Adagrad"):
+        return _adaptive_code(kind, h, L)
     code = ["d = g"]
     wd = h.get("weight_decay", 0.0)
     if kind == "AdamW" and wd:
@@ -88,17 +90,51 @@ def _update_code(kind: str, h: dict, dtype) -> List[str]:
     return code
 
 
+def _adaptive_code(kind: str, h: dict, L) -> List[str]:
+    """RMSprop and Adagrad, in PyTorch's order: the gradient negated (``maximize``), weight decay added,
+    the squares accumulated (RMSprop: a running average, centred by the gradients' own running average;
+    Adagrad: a sum), the step divided by their root plus ``eps`` (RMSprop with momentum through a buffer;
+    Adagrad with the learning rate decayed by the step count)."""
+    code = ["d = -g" if h.get("maximize") else "d = g"]
+    if h.get("weight_decay", 0.0):
+        code.append(f"d = d + {L(h['weight_decay'])} * p")
+    eps = L(h["eps"])
+    if kind == "Adagrad":
+        code += ["acc_out = acc + d * d", f"clr = lr / (1.0 + (s - 1.0) * {float(h.get('lr_decay', 0.0))!r})",
+                 f"p_out = p - clr * d / (math.sqrt(acc + d * d) + {eps})"]
+        return code
+    a = h["alpha"]
+    code += [f"sq_out = {L(a)} * sq + {L(1 - a)} * d * d"]
+    if h.get("centered"):
+        code += [f"gavg_out = gavg + {L(1 - a)} * (d - gavg)",
+                 f"avg = math.sqrt(({L(a)} * sq + {L(1 - a)} * d * d) - (gavg + {L(1 - a)} * (d - gavg)) * "
+                 f"(gavg + {L(1 - a)} * (d - gavg))) + {eps}"]
+    else:
+        code.append(f"avg = math.sqrt({L(a)} * sq + {L(1 - a)} * d * d) + {eps}")
+    if h.get("momentum", 0.0):
+        code += [f"buf_out = {L(h['momentum'])} * buf + d / avg", f"p_out = p - lr * ({L(h['momentum'])} * buf + d / avg)"]
+    else:
+        code.append("p_out = p - lr * d / avg")
+    return code
+
+
 def _states(kind: str, h: dict) -> List[str]:
     if kind == "SGD":
         return ["momentum_buffer"] if h.get("momentum", 0.0) else []
+    if kind == "Adagrad":
+        return ["sum"]
+    if kind == "RMSprop":
+        return (["square_avg"] + (["momentum_buffer"] if h.get("momentum", 0.0) else [])
+                + (["grad_avg"] if h.get("centered") else []))
     return ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if h.get("amsgrad") else [])
 
 
-_CONN = {"momentum_buffer": "buf", "exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq", "max_exp_avg_sq": "max_exp_avg_sq"}
+_CONN = {"momentum_buffer": "buf", "exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq", "max_exp_avg_sq": "max_exp_avg_sq",
+         "square_avg": "sq", "grad_avg": "gavg", "sum": "acc"}
 _CONN_NAMES = tuple(_CONN.values())
 
 
-_NAMES = ("p", "g", "lr", "s", "d", "q", "b", "m", "v", "vm", "bc1", "bc2", "den", *_CONN_NAMES)
+_NAMES = ("p", "g", "lr", "s", "d", "q", "b", "m", "v", "vm", "bc1", "bc2", "den", "avg", "clr", *_CONN_NAMES)
 
 
 def _private(conns):
@@ -118,7 +154,8 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
     in place and returns the loss (computed before the update, like ``loss.item()`` in a torch
     loop). Gradients come from PyTorch's autograd (``torch.func.grad_and_value`` traced with
     ``make_fx`` and decomposed to core ATen). Optimizers: SGD (momentum, dampening, Nesterov,
-    weight decay, maximize), Adam and AdamW (amsgrad, weight decay, maximize)."""
+    weight decay, maximize), Adam and AdamW (amsgrad, weight decay, maximize),
+    RMSprop (alpha, centered, momentum, weight decay, maximize), Adagrad (lr_decay, initial accumulator)."""
     torch = torch_module()
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -142,11 +179,14 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
 
     def step(tp, fp, bufs, xs_, y_):
         def loss_of(tp_):
-            state = {**dict(zip(keys, tp_)), **dict(zip(fkeys, fp)), **dict(zip(bkeys, bufs))}
+            # the buffers as tensors of the step itself: a module may update them in place (batch norm's
+            # running statistics in training mode); their final values are the step's further outputs
+            own = tuple(b.clone() for b in bufs)
+            state = {**dict(zip(keys, tp_)), **dict(zip(fkeys, fp)), **dict(zip(bkeys, own))}
             out = torch.func.functional_call(module, state, xs_)
-            return loss_fn(out, y_)
-        grads, loss = torch.func.grad_and_value(loss_of)(tp)
-        return (loss, *grads)
+            return loss_fn(out, y_), own
+        grads, (loss, new_bufs) = torch.func.grad_and_value(loss_of, has_aux=True)(tp)
+        return (loss, *grads, *new_bufs)
 
     detach = lambda d: tuple(v.detach() for v in d.values())  # noqa: E731
     try:
@@ -205,8 +245,13 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
             values[name] = to_numpy(value, name).reshape(tuple(shape) or (1,))
             env[node] = Val(name, tuple(shape), np.dtype(dtype))
     outs = emit_graph(em, gm.graph, env)
-    loss, grads = outs[0], outs[1:]
+    loss, grads, new_bufs = outs[0], outs[1:1 + len(keys)], outs[1 + len(keys):]
     loss_out = output_vals(em, [loss], {a.name for a in args})
+    # Buffers the forward updated (batch norm's running statistics): written back after the graph
+    for key, new in zip(bkeys, new_bufs):
+        b = next(a for a in args if a.kind == "buffer" and a.source == key)
+        if isinstance(new, Val) and new.name != b.name:
+            em.elementwise(f"update_{b.name}", b.shape, b.dtype, [new], "a0", out=Val(b.name, b.shape, b.dtype))
 
     # Optimizer: a step counter, one learning rate per group, then one update kernel per parameter.
     step_arg = Argument(array_name("optim_step", taken), "step", "step", (1,), np.dtype(np.float64))

@@ -139,12 +139,35 @@ def fresh(seed=0, n_in=12, hidden=16, classes=5):
     return Fresh()
 
 
+def cnn(seed=0, channels=3, classes=5):
+    """A small CNN (hR): convolutions (padding 1; stride 2), ReLU, max and average pooling (padded, overlapping
+    windows), a slice and a linear head."""
+    torch = _torch()
+    nn = torch.nn
+    F = torch.nn.functional
+    torch.manual_seed(seed)
+
+    class CNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(channels, 4, 3, padding=1)
+            self.c2 = nn.Conv2d(4, 6, 3, stride=2, padding=1)
+            self.fc = nn.Linear(6 * 2 * 2, classes)
+
+        def forward(self, x):
+            h = F.max_pool2d(torch.relu(self.c1(x)), 3, stride=2, padding=1)
+            h = F.avg_pool2d(torch.relu(self.c2(h)), 2, stride=1, padding=1)
+            return self.fc(h[:, :, :2, :2].flatten(1))
+    return CNN()
+
+
 #: model -> (constructor, input shape, number of classes for training targets)
 MODELS = {"mlp": (mlp, (16, 32), 8), "block": (block, (4, 8, 32), None),
           "block1": (block, (1, 16, 32), None),          # one sequence: heads are the attention's batch
           "tied": (tied, (8, 6), 16),                    # token ids in, 16 classes
           "causal": (causal, (8, 8), 16),
-          "fresh": (fresh, (7, 12), 5)}                  # 7 rows: blocks of 2 on 4 ranks, the last one 1
+          "fresh": (fresh, (7, 12), 5),                  # 7 rows: blocks of 2 on 4 ranks, the last one 1
+          "cnn": (cnn, (8, 3, 8, 8), 5)}
 
 #: model -> its loss when not the default of ``_loss``
 LOSSES = {"fresh": lambda torch: torch.nn.CrossEntropyLoss(weight=torch.linspace(0.5, 1.5, 5), label_smoothing=0.1)}
@@ -198,7 +221,10 @@ def run_case(case: str, comm) -> dict:
     x = (torch.randint(0, classes, shape, generator=gen) if model_name in ("tied", "causal")    # token ids
          else torch.randn(*shape, generator=gen))
     prefix = f"{mode.split('-')[1]}_" if mode != "forward" else "sgd_"    # the update kernels' names
-    shardings = {(prefix + k[4:] if k.startswith("sgd_") else k): v for k, v in SHARDINGS[shard].items()}
+    if shard == "batch":         # data-parallel on however many ranks run: the input's and target's rows
+        shardings = {"x": (comm.size,) + (1,) * (len(shape) - 1), "target": (comm.size,)}
+    else:
+        shardings = {(prefix + k[4:] if k.startswith("sgd_") else k): v for k, v in SHARDINGS[shard].items()}
     if mode == "forward":
         prog = from_torch(model, (x,))
     else:

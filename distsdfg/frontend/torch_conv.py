@@ -1,0 +1,295 @@
+"""Convolution and pooling of the torch operator table (``torch_ops.EMITTERS``), forward and backward.
+
+A convolution is one matrix product on the unfolded input: ``col[(n, o), (c, k)] = x[n, c, s*o + d*k - p]``
+(an element-wise map over ``(N, *out, C, *kernel)``; ``o`` the output position, ``k`` the kernel offset,
+``s`` the stride, ``d`` the dilation, ``p`` the padding: zero outside the input, tested in the tasklet,
+so there is no padded copy), then ``col @ W^T`` (a MatMul library node: BLAS) and a map that
+puts the channels back in place and adds the bias. The backward is two more products on the same
+unfolding, ``dW = dY^T @ col`` (a contraction over the batch: a data-parallel schedule reduces it like
+any weight gradient) and ``dcol = dY @ W``, and a fold of ``dcol`` back onto the input: every input
+position gathers the kernel offsets that read it (``fold``: one map over the input, no accumulation
+through computed addresses). Each array is written by one kernel: the lowering gathers an array that
+several kernels write to rank 0 between them. Pooling reads the same windows: max pooling keeps the
+first maximum and its flat index (PyTorch's), average pooling their mean; their backward is the same
+fold. Every kernel reads its batch row ``n`` at ``n``, so a split of the batch splits every kernel.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Callable, List, Tuple
+
+
+from .torch_emit import UnsupportedOpError, Val, literal, matmul_line, reduce, reshape_line
+
+__all__ = ["CONV_EMITTERS"]
+
+
+def _ints(v, nd: int, default) -> Tuple[int, ...]:
+    v = default if v is None or (isinstance(v, (list, tuple)) and len(v) == 0) else v
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return tuple(int(a) for a in (v * nd if len(v) == 1 else v))
+
+
+def _params(n: int, start: int = 0) -> List[str]:
+    return [f"i{d}" for d in range(start, start + n)]
+
+
+def _window(em, x: Val, o, k, stride, padding, dil, fill):
+    """The read of ``x`` (N, C, *sp) at ``s*o + d*k - padding`` for batch row ``i0``, channel ``c``
+    (``o`` and ``k`` index strings, ``c`` in ``o``'s caller): ``(reads, term(c))``. Without padding an
+    affine read per term; with padding the tasklet reads the channel's plane and tests the bounds
+    (positions outside read a clamped, in-bounds element and give ``fill``)."""
+    sp = x.shape[2:]
+    pos = [f"{s} * {oj} + {d} * {kj} - {p}" if p else f"{s} * {oj} + {d} * {kj}"
+           for oj, kj, s, d, p in zip(o, k, stride, dil, padding)]
+    if not any(padding):
+        return pos, None
+    inside = " and ".join(f"({q}) >= 0 and ({q}) < {n}" for q, n in zip(pos, sp))
+    at = ", ".join(f"min(max({q}, 0), {n - 1})" for q, n in zip(pos, sp))
+    return pos, f"(_w[{at}] if {inside} else {literal(fill, x.dtype)})"
+
+
+def _plane(x: Val, c: str) -> str:
+    return ", ".join(["i0", c, *(f"0:{n}" for n in x.shape[2:])])
+
+
+def unfold(em, name, x: Val, out_sp, ksize, stride, padding, dil) -> Val:
+    """``col`` of shape ``(N * prod(out_sp), C * prod(ksize))``: ``col[(n, o), (c, k)] = x[n, c, s*o + d*k - p]``
+    (zero outside the input)."""
+    nd = len(out_sp)
+    N, C = x.shape[:2]
+    shape = (N, *out_sp, C, *ksize)
+    col = em.empty(name, shape, x.dtype)
+    o, c, k = _params(nd, 1), f"i{nd + 1}", _params(nd, nd + 2)
+    pos, term = _window(em, x, o, k, stride, padding, dil, 0)
+    reads = [("_w", x.name, _plane(x, c))] if term else [("_a", x.name, ", ".join(["i0", c, *pos]))]
+    em.kernel(col.name[2:], shape, reads, [("_o", col.name, ", ".join(_params(len(shape))))], f"_o = {term or '_a'}")
+    return reshape_line(em, name + "_rows", col, (N * math.prod(out_sp), C * math.prod(ksize)))
+
+
+def fold(em, name, shape, dtype, src: Val, plane: str, inner: Callable, out_sp, ksize, stride, padding, dil) -> Val:
+    """``dx[n, c, p] = sum of src at (n, c, o, k) over o, k with s*o + d*k = p + padding`` for the input
+    positions ``p`` of ``shape`` (N, C, *sp): the adjoint of ``unfold``, one map over the input.
+
+    The tasklet reads ``plane`` of ``src`` (the subset for batch row ``i0``, channel ``i1``) and, for
+    every kernel offset ``k``, the element ``inner(o, k)`` at ``o = (p + padding - d*k) / s`` where that
+    is a whole number inside the output; no accumulation through computed addresses."""
+    nd = len(out_sp)
+    terms = []
+    for k in itertools.product(*(range(n) for n in ksize)):
+        t = [f"(i{2 + j} + {padding[j] - dil[j] * k[j]})" for j in range(nd)]
+        cond = " and ".join(
+            (f"{tj} % {s} == 0 and " if s > 1 else "") + f"{tj} >= 0 and {tj} < {s * n}"
+            for tj, s, n in zip(t, stride, out_sp))
+        o = [f"min(max({tj} // {s}, 0), {n - 1})" if s > 1 else f"min(max({tj}, 0), {n - 1})"
+             for tj, s, n in zip(t, stride, out_sp)]
+        terms.append(f"(_w[{inner(o, k)}] if {cond} else {literal(0, dtype)})")
+    out = em.empty(name, shape, dtype)
+    em.kernel(out.name[2:], shape, [("_w", src.name, plane)], [("_o", out.name, ", ".join(_params(len(shape))))],
+              "_o = " + " + ".join(terms))
+    return out
+
+
+def _conv_args(args, nd):
+    stride, padding, dil = (_ints(args[i], nd, 1) for i in (3, 4, 5))
+    transposed, groups = args[6], args[8]
+    if transposed:
+        raise UnsupportedOpError("transposed convolution (ConvTranspose) is not supported")
+    if groups != 1:
+        raise UnsupportedOpError(f"convolution with groups={groups} (grouped or depthwise) is not supported; "
+                                 f"only groups=1")
+    return stride, padding, dil
+
+
+def _weight_t(em, name, w: Val) -> Val:
+    """``W^T`` as ``(C * prod(kernel), O)``."""
+    nd = len(w.shape)
+    shape = (*w.shape[1:], w.shape[0])
+    wt = em.empty(name, shape, w.dtype)
+    em.kernel(wt.name[2:], shape, [("_a", w.name, ", ".join([f"i{nd - 1}", *_params(nd - 1)]))],
+              [("_o", wt.name, ", ".join(_params(nd)))], "_o = _a")
+    return reshape_line(em, name + "_2d", wt, (math.prod(w.shape[1:]), w.shape[0]))
+
+
+def convolution(em, name, meta, args, kwargs):
+    """``convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups)``."""
+    shape, dtype = meta[0]
+    x, w, b = em.materialize(args[0], name + "_x"), em.materialize(args[1], name + "_w"), args[2]
+    nd = len(shape) - 2
+    stride, padding, dil = _conv_args(args, nd)
+    N, O, out_sp = shape[0], shape[1], tuple(shape[2:])
+    col = unfold(em, name + "_col", x, out_sp, w.shape[2:], stride, padding, dil)
+    prod = matmul_line(em, name + "_mm", col, _weight_t(em, name + "_wt", w), (col.shape[0], O))
+    prod = reshape_line(em, name + "_mm_v", prod, (N, *out_sp, O))
+    out = em.empty(name, shape, dtype)
+    reads = [("_a", prod.name, ", ".join(["i0", *_params(nd, 2), "i1"]))]
+    if b is not None:
+        reads.append(("_b", em.materialize(b, name + "_b").name, "i1"))
+    em.kernel(out.name[2:], shape, reads, [("_o", out.name, ", ".join(_params(nd + 2)))],
+              "_o = _a + _b" if b is not None else "_o = _a")
+    return out
+
+
+def convolution_backward(em, name, meta, args, kwargs):
+    """``convolution_backward(dy, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding,
+    groups, output_mask)`` -> ``(dx, dw, db)`` (``None`` where the mask is false)."""
+    dy, x, w = (em.materialize(a, f"{name}_{k}") for k, a in zip(("dy", "x", "w"), args[:3]))
+    nd = len(x.shape) - 2
+    stride, padding, dil = _conv_args([None, None, None, *args[4:10]], nd)
+    mask = args[10]
+    N, O, out_sp = dy.shape[0], dy.shape[1], tuple(dy.shape[2:])
+    ksize = tuple(w.shape[2:])
+    L, CK = N * math.prod(out_sp), math.prod(w.shape[1:])
+    dx = dw = db = None
+    if mask[0]:
+        g = em.empty(name + "_g", (N, *out_sp, O), dy.dtype)           # dY as rows (n, o) x channels
+        em.kernel(g.name[2:], g.shape, [("_a", dy.name, ", ".join(["i0", f"i{nd + 1}", *_params(nd, 1)]))],
+                  [("_o", g.name, ", ".join(_params(nd + 2)))], "_o = _a")
+        w2 = reshape_line(em, name + "_w2", w, (O, CK))
+        dcol = matmul_line(em, name + "_dcol", reshape_line(em, name + "_g2", g, (L, O)), w2, (L, CK))
+        dcol = reshape_line(em, name + "_dcol_v", dcol, (N, *out_sp, x.shape[1], *ksize))
+
+        plane = ", ".join(["i0", *(f"0:{n}" for n in out_sp), "i1", *(f"0:{n}" for n in ksize)])
+        dx = fold(em, name + "_dx", x.shape, x.dtype, dcol, plane, lambda o, k: ", ".join([*o, *map(str, k)]),
+                  out_sp, ksize, stride, padding, dil)
+    if mask[1]:
+        gt = em.empty(name + "_gt", (O, N, *out_sp), dy.dtype)         # dY^T: channels x rows (n, o)
+        em.kernel(gt.name[2:], gt.shape, [("_a", dy.name, ", ".join(["i1", "i0", *_params(nd, 2)]))],
+                  [("_o", gt.name, ", ".join(_params(nd + 2)))], "_o = _a")
+        col = unfold(em, name + "_col", x, out_sp, ksize, stride, padding, dil)
+        dw = matmul_line(em, name + "_dw", reshape_line(em, name + "_gt2", gt, (O, L)), col, (O, CK))
+        dw = reshape_line(em, name + "_dw_v", dw, tuple(w.shape))
+    if mask[2]:
+        db = reduce(em, name + "_db", dy, (0, *range(2, 2 + nd)), False, "sum", dy.dtype)
+    return dx, dw, db
+
+
+# -- pooling --------------------------------------------------------------------------------------
+
+def _pool_args(x: Val, out_shape, ksize, stride, padding, dil, ceil_mode):
+    nd = len(out_shape) - 2
+    ksize = _ints(ksize, nd, None)
+    stride = _ints(stride, nd, ksize) if stride else ksize
+    padding, dil = _ints(padding, nd, 0), _ints(dil, nd, 1)
+    floor = tuple((n + 2 * p - d * (k - 1) - 1) // s + 1
+                  for n, p, d, k, s in zip(x.shape[2:], padding, dil, ksize, stride))
+    if ceil_mode and floor != tuple(out_shape[2:]):
+        raise UnsupportedOpError("pooling with ceil_mode=True where it adds a partial window is not supported")
+    return ksize, stride, padding, dil
+
+
+def _window_terms(em, x: Val, nd, ksize, stride, padding, dil, fill):
+    """The window of output position ``(i2, i3, ...)``: ``(reads, [(term, k)])``, one term per kernel offset."""
+    reads, terms = [], []
+    for k in itertools.product(*(range(n) for n in ksize)):
+        pos, term = _window(em, x, _params(nd, 2), [str(a) for a in k], stride, padding, dil, fill)
+        if term is None:
+            term = f"_a{len(reads)}"
+            reads.append((term, x.name, ", ".join(["i0", "i1", *pos])))
+        terms.append((term, k))
+    if any(padding):
+        reads.append(("_w", x.name, _plane(x, "i1")))
+    return reads, terms
+
+
+def _flat_index(x_sp, stride, padding, dil, k) -> str:
+    """The flat index into the input's spatial dims of window offset ``k`` at output ``(i2, ...)``."""
+    flat = ""
+    for j, (n, s, p, d, kj) in enumerate(zip(x_sp, stride, padding, dil, k)):
+        pos = f"({s} * i{2 + j} + {d * kj - p})"
+        flat = pos if not flat else f"({flat}) * {n} + {pos}"
+    return flat
+
+
+def max_pool(em, name, meta, args, kwargs):
+    """``max_pool{1,2,3}d_with_indices(x, kernel, stride, padding, dilation, ceil_mode)`` -> (values, indices):
+    the first maximum of each window (PyTorch's) and its flat index into the input's spatial dims."""
+    (shape, dtype), (_, idt) = meta
+    x = em.materialize(args[0], name + "_x")
+    ksize, stride, padding, dil = _pool_args(x, shape, *(list(args[1:6]) + [None, 0, 1, False][len(args) - 2:]))
+    nd = len(shape) - 2
+    reads, terms = _window_terms(em, x, nd, ksize, stride, padding, dil, float("-inf"))
+    out, ind = em.empty(name, shape, dtype), em.empty(name + "_indices", shape, idt)
+    lines = []
+    for t, (term, k) in enumerate(terms):
+        flat = f"{literal(0, idt)} + {_flat_index(x.shape[2:], stride, padding, dil, k)}"
+        lines.append(f"_v{t} = {term}")
+        if t == 0:
+            lines += ["_m0 = _v0", f"_j0 = {flat}"]
+        else:
+            lines.append(f"_m{t} = _v{t} if _v{t} > _m{t - 1} else _m{t - 1}")
+            lines.append(f"_j{t} = ({flat}) if _v{t} > _m{t - 1} else _j{t - 1}")
+    lines += [f"_o = _m{len(terms) - 1}", f"_oi = _j{len(terms) - 1}"]
+    full = ", ".join(_params(nd + 2))
+    em.kernel(out.name[2:], shape, reads, [("_o", out.name, full), ("_oi", ind.name, full)], "\n".join(lines))
+    return out, ind
+
+
+def max_pool_backward(em, name, meta, args, kwargs):
+    """``max_pool{1,2,3}d_with_indices_backward(dy, x, kernel, stride, padding, dilation, ceil_mode, indices)``:
+    each window's gradient goes to its kernel offset whose flat index is the recorded one, then ``fold``."""
+    shape, dtype = meta[0]
+    dy, x, ind = (em.materialize(a, f"{name}_{k}") for k, a in zip(("dy", "x", "ind"), (args[0], args[1], args[7])))
+    ksize, stride, padding, dil = _pool_args(x, dy.shape, *args[2:7])
+    nd = len(shape) - 2
+    col_shape = (*dy.shape, *ksize)
+    col = em.empty(name + "_col", col_shape, dtype)
+    ks = _params(nd, nd + 2)
+    pos = ""
+    for j, (n, s, p, d) in enumerate(zip(x.shape[2:], stride, padding, dil)):
+        term = f"({s} * i{2 + j} + {d} * {ks[j]} - {p})"
+        pos = term if not pos else f"({pos}) * {n} + {term}"
+    head = ", ".join(_params(nd + 2))
+    em.kernel(col.name[2:], col_shape, [("_g", dy.name, head), ("_t", ind.name, head)],
+              [("_o", col.name, ", ".join(_params(len(col_shape))))],
+              f"_o = _g if _t == {pos} else {literal(0, dtype)}")
+
+    plane = ", ".join(["i0", "i1", *(f"0:{n}" for n in col_shape[2:])])
+    return fold(em, name, shape, dtype, col, plane, lambda o, k: ", ".join([*o, *map(str, k)]), dy.shape[2:], ksize,
+                stride, padding, dil)
+
+
+def _avg_divisor(ksize, padding, count_include_pad, divisor_override) -> int:
+    if divisor_override:
+        return int(divisor_override)
+    if any(padding) and not count_include_pad:
+        raise UnsupportedOpError("average pooling with padding and count_include_pad=False is not supported")
+    return math.prod(ksize)
+
+
+def avg_pool(em, name, meta, args, kwargs):
+    """``avg_pool{1,2,3}d(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)``."""
+    shape, dtype = meta[0]
+    x = em.materialize(args[0], name + "_x")
+    a = list(args) + [None, [], 0, False, True, None][len(args) - 1:]
+    ksize, stride, padding, dil = _pool_args(x, shape, a[1], a[2], a[3], 1, a[4])
+    div = _avg_divisor(ksize, padding, a[5], a[6])
+    nd = len(shape) - 2
+    reads, terms = _window_terms(em, x, nd, ksize, stride, padding, dil, 0)
+    out = em.empty(name, shape, dtype)
+    em.kernel(out.name[2:], shape, reads, [("_o", out.name, ", ".join(_params(nd + 2)))],
+              f"_o = ({' + '.join(t for t, _ in terms)}) / {literal(div, dtype)}")
+    return out
+
+
+def avg_pool_backward(em, name, meta, args, kwargs):
+    """``avg_pool{1,2,3}d_backward(dy, x, kernel, stride, padding, ceil_mode, count_include_pad, divisor)``:
+    ``dy / divisor`` folded back onto every position of its window."""
+    shape, dtype = meta[0]
+    dy, x = em.materialize(args[0], name + "_dy"), args[1]
+    ksize, stride, padding, dil = _pool_args(x, dy.shape, args[2], args[3], args[4], 1, args[5])
+    div = _avg_divisor(ksize, padding, args[6], args[7])
+    scaled = em.elementwise(name + "_scaled", dy.shape, dtype, [dy], f"a0 / {literal(div, dtype)}")
+    plane = ", ".join(["i0", "i1", *(f"0:{n}" for n in dy.shape[2:])])
+    return fold(em, name, shape, dtype, scaled, plane, lambda o, k: ", ".join(o), dy.shape[2:], ksize, stride,
+                padding, dil)
+
+
+CONV_EMITTERS = {
+    "aten.convolution.default": convolution, "aten.convolution_backward.default": convolution_backward,
+    **{f"aten.max_pool{d}d_with_indices.default": max_pool for d in (2, 3)},
+    **{f"aten.max_pool{d}d_with_indices_backward.default": max_pool_backward for d in (2, 3)},
+    **{f"aten.avg_pool{d}d.default": avg_pool for d in (1, 2, 3)},
+    **{f"aten.avg_pool{d}d_backward.default": avg_pool_backward for d in (2, 3)},
+}

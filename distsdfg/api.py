@@ -100,13 +100,12 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
             raise ScheduleError(f"schedule must be a Schedule, a dict or 'auto', got {schedule!r}")
         if nprocs is None:
             raise SizeError("lower(sdfg, 'auto') needs nprocs=P, the number of ranks to plan for")
-        given = dc.to_json(sdfg)             # planning changes `sdfg` in place (its analysis passes)
-        try:
+        try:        # planning leaves `sdfg` as it is (``eingraph.build_graph``): the deferred source
             schedule = auto_schedule(sdfg, nprocs, **{"inputs": boundary_pricing(placement),
                                                        "placement": placement, **(plan_options or {})})
         except SymbolicSizeError as exc:     # plan at the first call, when the sizes are known
             return defer(sdfg, nprocs, exc.symbol, target=target, comm=comm, placement=placement,
-                         plan_options=plan_options, optimize=optimize, source=given)
+                         plan_options=plan_options, optimize=optimize)
     return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement, comm=comm,
                       optimize=optimize, nprocs=nprocs)
 

@@ -85,6 +85,32 @@ def test_deferred_program_keeps_the_program_as_given():
     assert nodes(dc.from_json(sdfg._distsdfg.source)) == nodes(fresh)
 
 
+@pytest.mark.parametrize("name,sizes", [("jacobi_conv", {}),                  # a copy between arrays
+                                        ("mhsa_thesis", {}),                  # a transposed operand view
+                                        ("trimul", {}),                       # a loop of independent iterations
+                                        ("acc_sum", {}),                      # an accumulation in a map
+                                        ("matmul", MM)])                      # nothing to rewrite
+def test_planning_leaves_the_program_as_given(name, sizes):
+    # The planner reads its graph off a copy where find_kernels would rewrite the program, and
+    # only there: `normalise(..., dry_run=True)` says so without changing anything.
+    import copy
+    from distsdfg import dace_compat as dc
+    from distsdfg.analysis.eingraph import build_graph
+    from distsdfg.analysis.kernels import normalise
+    from distsdfg.testing.accumulations import ACCUMULATIONS
+    warnings.simplefilter("ignore")
+    sdfg = ACCUMULATIONS[name].sdfg() if name in ACCUMULATIONS else _sdfg(name)
+    given = dc.to_json(sdfg)
+    would = normalise(sdfg, dry_run=True)
+    assert dc.to_json(sdfg) == given
+    assert would == (name != "matmul") == (normalise(copy.deepcopy(sdfg)) > 0)
+    try:
+        build_graph(sdfg, **sizes)
+    except SymbolicSizeError:
+        pass
+    assert dc.to_json(sdfg) == given
+
+
 def test_lower_auto_with_concrete_sizes_lowers_now():
     sdfg = _sdfg("add3d")
     distsdfg.lower(sdfg, "auto", nprocs=4)

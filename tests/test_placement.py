@@ -179,6 +179,53 @@ def test_in_place_update_of_a_replicated_counter_lowers():
     assert all(s.sent == (24, 0, 0, 0) and s.received == (0, 8, 8, 8) for s in steps), [str(s) for s in steps]
 
 
+def test_strided_reads_take_the_block_that_layout_gives():
+    # C[i] = A[2 * i] + 3 * B[2 * i + 1], i split 2 ways: rank 1 reads A[50:99:2], so the blocks of
+    # the kernel leave gaps and A's owners get even rows ([0:51], [51:101]); the argument was the
+    # home buffer, which spans [50:101] on rank 1, and the call refused layout's block.
+    from distsdfg.solver.homes import solve_homes
+    from distsdfg.testing.offsets import OFFSETS
+    sdfg = OFFSETS["strided_pick"].sdfg()
+    distsdfg.lower(sdfg, distsdfg.schedule_by_label(sdfg, {"*": (2,)}), placement="distributed")
+    low = sdfg._distsdfg
+    homes = solve_homes(low.homes, {}, 2)
+    for x in ("A", "B", "__return"):
+        want = [distsdfg.layout(sdfg, x, nprocs=2).block_shape(q) for q in range(2)]
+        assert [homes[low.boundary[x]].shapes[q] for q in range(2)] == want, x     # what the call checks
+    assert [distsdfg.layout(sdfg, "A", nprocs=2).blocks[q] for q in range(2)] == [((0, 51),), ((51, 101),)]
+    # A[50] travels to rank 1 (its buffer starts there); B's and C's buffers are the owned blocks.
+    steps = distsdfg.comm_report(sdfg, nprocs=2)
+    assert [(s.collective, s.array, s.sent, s.received) for s in steps] == [("Isend/Irecv", "A", (8, 0), (0, 8))]
+
+
+def test_owned_blocks_contain_the_anchor_only_where_proved():
+    from distsdfg.errors import UnsupportedProgramError
+    from distsdfg.solver.homes import owns_anchor_blocks, solve_homes
+    from distsdfg.values.plan import HomeSpec, Layout
+
+    def anchor(*box, syms=("r",), grid=(2,), op=None, view=()):
+        return Layout("buf", "k", grid, syms, (tuple(box),), (), (), op, view, "h0")
+    sizes = {"N", "M"}
+    even = ("r*int_ceil(N, 2)", "Min(N - 1, r*int_ceil(N, 2) + int_ceil(N, 2) - 1)")
+    assert owns_anchor_blocks(anchor(even, ("0", "M - 1")), sizes)                  # row blocks
+    assert owns_anchor_blocks(anchor(("Max(0, 3*r - 1)", "Min(N - 1, 3*r + 3)")), sizes)  # overlapping (halo)
+    assert owns_anchor_blocks(anchor(("r + 1", "r + 1")), sizes)                    # shifted by one
+    assert owns_anchor_blocks(Layout("buf", "k", (1,), ("",), (), (), (), None, (), "h0"), sizes)   # no blocks
+    assert not owns_anchor_blocks(anchor(("50*r", "50*r + 48")), sizes)             # A[2 * i]: a gap
+    assert not owns_anchor_blocks(anchor(("N - 25*r - 25", "N - 25*r - 1")), sizes)  # reversed
+    assert not owns_anchor_blocks(anchor(("r", "r"), ("r", "r")), sizes)            # a diagonal
+    assert not owns_anchor_blocks(anchor(("r*int_ceil(K, 2)", "r*int_ceil(K, 2) + int_ceil(K, 2) - 1")),
+                                  sizes)                                             # K's sign unknown
+    assert not owns_anchor_blocks(anchor(even, op="sum"), sizes)                     # partial sums: split
+    assert not owns_anchor_blocks(anchor(even, view=("N",)), sizes)                  # through a reshape
+    # A home whose argument is its buffer, although the buffer is larger than the owned block,
+    # is refused by name rather than called with blocks that cannot fit.
+    gap = anchor(("50*r", "50*r + 48"))
+    spec = HomeSpec("h0", "A", "A", ("101",), gap, (gap,), ("o",), ("s",), boundary=True)
+    with pytest.raises(UnsupportedProgramError, match=r"rank 1's buffer spans \[50:101\] but it owns \[51:101\]"):
+        solve_homes([spec], {}, 2)
+
+
 def test_compile_with_another_placement_lowers_a_copy(monkeypatch):
     import distsdfg.api as api
     sdfg = _lowered("matmul", {"gemm_map": (2, 2, 1)}, None)

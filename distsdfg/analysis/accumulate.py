@@ -140,8 +140,8 @@ def _set_wcr(state: SDFGState, edge, op: str):
         e.data.wcr = WCR_LAMBDA[op]
 
 
-def _direct(state: SDFGState, entry: nodes.MapEntry, write) -> bool:
-    """A tasklet directly in the map updates the element ``write`` stores."""
+def _direct(state: SDFGState, entry: nodes.MapEntry, write, dry_run: bool = False) -> bool:
+    """A tasklet directly in the map updates the element ``write`` stores (rewritten unless ``dry_run``)."""
     arr = write.data.data
     t = _producer(state, write)
     if t is None or state.entry_node(t) is not entry:
@@ -153,6 +153,8 @@ def _direct(state: SDFGState, entry: nodes.MapEntry, write) -> bool:
     m = match_update(t, reads[0].dst_conn)
     if m is None:
         return False
+    if dry_run:
+        return True
     _convert(state, t, reads[0], m[1])
     _set_wcr(state, write, m[0])
     return True
@@ -176,9 +178,10 @@ def _symbol_update(inner: SDFG, t: nodes.Tasklet, aliases: set):
     return None if m is None else (m[0], found[0], sym, ast.unparse(m[1]))
 
 
-def _nested(state: SDFGState, ns: nodes.NestedSDFG, write) -> bool:
+def _nested(state: SDFGState, ns: nodes.NestedSDFG, write, dry_run: bool = False) -> bool:
     """Every write of the nested SDFG's output ``conn`` accumulates with one operator; the element
-    may be read through other input connectors (the frontend's ``_r`` copies) only to accumulate."""
+    may be read through other input connectors (the frontend's ``_r`` copies) only to accumulate
+    (rewritten unless ``dry_run``)."""
     conn, inner = write.src_conn, ns.sdfg
     outer_in = [e for e in state.in_edges(ns) if not e.data.is_empty() and e.data.data == write.data.data]
     if any(e.data.subset != write.data.subset for e in outer_in):
@@ -242,6 +245,8 @@ def _nested(state: SDFGState, ns: nodes.NestedSDFG, write) -> bool:
         return False
     if len(ops) != 1:
         return False
+    if dry_run:
+        return True
     op = ops.pop()
     for st, t, rd, code, w in tasklets:
         src = rd.src
@@ -271,8 +276,9 @@ def _data_in(st: SDFGState, n) -> set:
     return {e.data.data for e in st.all_edges(n) if not e.data.is_empty()}
 
 
-def accumulations_to_wcr(sdfg: SDFG) -> int:
-    """Rewrite the recognised accumulations of every top-level map; returns how many writes changed."""
+def accumulations_to_wcr(sdfg: SDFG, *, dry_run: bool = False) -> int:
+    """Rewrite the recognised accumulations of every top-level map; returns how many writes changed
+    (``dry_run``: 1 if one would, ``sdfg`` left as it is)."""
     changed = 0
     for state in dc.all_states(sdfg):
         for entry in [n for n in dc.top_level_nodes(state) if isinstance(n, nodes.MapEntry)]:
@@ -284,9 +290,11 @@ def accumulations_to_wcr(sdfg: SDFG) -> int:
                 if params <= {str(x) for x in w.data.subset.free_symbols}:
                     continue          # every iteration writes its own element: nothing to combine
                 if isinstance(w.src, nodes.NestedSDFG) and state.entry_node(w.src) is entry:
-                    changed += _nested(state, w.src, w)
+                    changed += _nested(state, w.src, w, dry_run)
                 else:
-                    changed += _direct(state, entry, w)
+                    changed += _direct(state, entry, w, dry_run)
+                if dry_run and changed:
+                    return 1
     return changed
 
 

@@ -8,6 +8,7 @@ as the lowering (``kernels.find_kernels``), so a schedule of the graph is a sche
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Dict, List, Optional, Tuple
 
@@ -17,7 +18,7 @@ from dace.sdfg import SDFG
 from .. import dace_compat as dc
 from .constraints import unreduced_params
 from ..errors import SymbolicSizeError
-from .kernels import find_kernels
+from .kernels import find_kernels, normalise
 from .memlets import dim_params
 from .controlflow import loop_trips
 from ..values.plan import evaluate, given_values
@@ -143,7 +144,13 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
     """The EinGraph of ``sdfg`` for concrete sizes (symbols from ``sizes`` or the SDFG's constants).
 
     Kernels inside loops carry their trip count (``Vertex.repeats``; a loop bound passed in
-    ``sizes`` counts, else ``LOOP_GUESS``), so that the planner weighs their communication by it."""
+    ``sizes`` counts, else ``LOOP_GUESS``), so that the planner weighs their communication by it.
+
+    ``sdfg`` is left as it is: where ``find_kernels`` would rewrite it (``kernels.normalise``), the
+    graph is read off a copy. (A planning attempt that changed the program once made a deferred
+    program lower a wrong one: ``tests/test_deferred.py``.)"""
+    if normalise(sdfg, dry_run=True):
+        sdfg = copy.deepcopy(sdfg)
     values = given_values(sdfg, sizes, "planning")
     trips = _trips(sdfg, values)
     # Kernels that depend on loop variables run whole on rank 0: nothing to choose for them.

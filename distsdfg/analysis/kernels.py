@@ -11,7 +11,7 @@ from dace.sdfg import SDFG, SDFGState, nodes
 from .. import dace_compat as dc
 from ..checks import require_sdfg
 
-__all__ = ["MapInfo", "AnalysedMap", "Kernel", "find_kernels", "maps", "KEPT_LIBRARY_NODES"]
+__all__ = ["MapInfo", "AnalysedMap", "Kernel", "find_kernels", "normalise", "maps", "KEPT_LIBRARY_NODES"]
 
 #: Library nodes that stay library nodes (their local semantics on blocks equal the tiled expansion).
 KEPT_LIBRARY_NODES = {"MatMul", "Gemm", "Dot", "BatchedMatMul", "Reduce", "Einsum", "Gemv", "Transpose"}
@@ -107,8 +107,10 @@ class _Keys:
         return key
 
 
-def find_kernels(sdfg: SDFG) -> List[Kernel]:
-    """All kernels of ``sdfg`` in a stable order (states in order, nodes topologically).
+def normalise(sdfg: SDFG, *, dry_run: bool = False) -> int:
+    """The rewrites ``find_kernels`` makes in ``sdfg`` before it looks for kernels (the same
+    program, in the forms the analysis reads); returns how many it made. ``dry_run``: 1 if one
+    of them would change ``sdfg`` (0: ``find_kernels`` leaves it as it is), ``sdfg`` untouched.
 
     A library node's transposed operand (a strided view of a whole array) becomes a map that
     copies the array in the permuted order plus a reshape view (``dace_compat.views``).
@@ -118,12 +120,21 @@ def find_kernels(sdfg: SDFG) -> List[Kernel]:
     from .accumulate import accumulations_to_wcr
     from .loopmaps import independent_loops_to_maps
     from ..dace_compat.views import transposed_views_to_copies
-    dc.exact_ranges(sdfg)                 # e.g. the bounds of MapTiling's inner maps
-    transposed_views_to_copies(sdfg)      # a transposed operand (strided view) is a permuting copy
-    dc.copies_to_maps(sdfg)               # array-to-array copies are kernels too (their blocks move)
-    independent_loops_to_maps(sdfg)       # loops of independent iterations become splittable maps
-    accumulations_to_wcr(sdfg)
-    dc.propagate_wcr_outward(sdfg)      # an accumulation in a nested map reads as one outside it
+    steps = (dc.exact_ranges,                 # e.g. the bounds of MapTiling's inner maps
+             transposed_views_to_copies,      # a transposed operand (strided view) is a permuting copy
+             dc.copies_to_maps,               # array-to-array copies are kernels too (their blocks move)
+             independent_loops_to_maps,       # loops of independent iterations become splittable maps
+             accumulations_to_wcr,
+             dc.propagate_wcr_outward)        # an accumulation in a nested map reads as one outside it
+    if dry_run:     # each step sees ``sdfg`` as the real run would: the steps before it changed nothing
+        return int(any(step(sdfg, dry_run=True) for step in steps))
+    return sum(step(sdfg) for step in steps)
+
+
+def find_kernels(sdfg: SDFG) -> List[Kernel]:
+    """All kernels of ``sdfg`` in a stable order (states in order, nodes topologically), after
+    ``normalise`` has rewritten it in place."""
+    normalise(sdfg)
     kernels: List[Kernel] = []
     keys = _Keys()
     defined = dc.runtime_defined_symbols(sdfg)

@@ -283,10 +283,13 @@ def _block_order(sdfg: SDFG):
         return list(sdutil.dfs_topological_sort(sdfg))
 
 
-def independent_loops_to_maps(sdfg: SDFG) -> int:
+def independent_loops_to_maps(sdfg: SDFG, *, dry_run: bool = False) -> int:
     """Turn every for-loop whose iterations are independent into a map (tried on a copy first: a
-    loop DaCe fails to turn is left as it is); returns how many were turned."""
+    loop DaCe fails to turn is left as it is); returns how many were turned (``dry_run``: 1 if
+    there is a loop to try, whether or not DaCe could turn it; ``sdfg`` left as it is)."""
     import copy
+    if dry_run:
+        return int(bool(dc.pattern_matches(sdfg, IndependentLoopToMap)))
     turned, k = 0, 0
     while True:
         if k >= len(dc.pattern_matches(sdfg, IndependentLoopToMap)):

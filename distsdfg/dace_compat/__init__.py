@@ -85,18 +85,19 @@ def top_level_nodes(state: SDFGState) -> List[nodes.Node]:
     return [n for n in sdutil.dfs_topological_sort(state) if sd[n] is None]
 
 
-def exact_ranges(sdfg: SDFG) -> int:
+def exact_ranges(sdfg: SDFG, *, dry_run: bool = False) -> int:
     """Replace DaCe's ``SymExpr`` bounds (an exact value with an approximation, e.g. the
     ``min(N - 1, t + 3)`` ends of ``MapTiling``'s inner maps) by their exact value in every map range
-    and memlet subset, so that sympy can work with them. Returns how many bounds were replaced."""
+    and memlet subset, so that sympy can work with them. Returns how many bounds were replaced
+    (``dry_run``: would be; ``sdfg`` is left as it is)."""
     count = 0
 
     def plain(r):
         nonlocal count
         if isinstance(r, subsets.Range):
-            new = [tuple(x.expr if isinstance(x, symbolic.SymExpr) else x for x in t) for t in r.ranges]
             count += sum(isinstance(x, symbolic.SymExpr) for t in r.ranges for x in t)
-            r.ranges = new
+            if not dry_run:     # (every range anew, as tuples: later analyses are much faster on them)
+                r.ranges = [tuple(x.expr if isinstance(x, symbolic.SymExpr) else x for x in t) for t in r.ranges]
 
     for sd in sdfg.all_sdfgs_recursive():
         for st in sd.states():
@@ -109,11 +110,11 @@ def exact_ranges(sdfg: SDFG) -> int:
     return count
 
 
-def copies_to_maps(sdfg: SDFG) -> int:
+def copies_to_maps(sdfg: SDFG, *, dry_run: bool = False) -> int:
     """Top-level copies between arrays (``p[:, -1] = p[:, -2]``, ``B[:] = A``: an edge from one access
     node to another, no map) become maps (DaCe's ``CopyToMap``), so that the planner schedules them
     and the lowering moves their blocks like any kernel's; views and scalars are left alone.
-    Returns how many copies were turned."""
+    Returns how many copies were turned (``dry_run``: 1 if one would be, ``sdfg`` left as it is)."""
     from dace.transformation.dataflow import CopyToMap
     done = 0
     for state in all_states(sdfg):
@@ -127,6 +128,8 @@ def copies_to_maps(sdfg: SDFG) -> int:
                 continue
             if len(state.edges_between(a, b)) != 1:
                 continue
+            if dry_run:
+                return 1
             # The same size written with two kinds of symbol (``i`` of the loop, ``i`` of a subset)
             # is two sizes to CopyToMap, which then takes a path that fails (correlation's
             # ``corr[i + 1:M, i] = corr[i, i + 1:M]``): both subsets in one spelling first.
@@ -158,14 +161,15 @@ def reads_indirectly(accesses) -> bool:
     return False
 
 
-def propagate_wcr_outward(sdfg: SDFG) -> int:
+def propagate_wcr_outward(sdfg: SDFG, *, dry_run: bool = False) -> int:
     """Put an inner accumulation's conflict resolution on the memlets that carry it out of its scopes.
 
     DaCe 1.0.2's frontend writes ``r[i] += A[i, j]`` in a map nested in another map (``for i in
     dace.map: for j in dace.map:``) with a WCR on the tasklet's memlet only; the edges from the
     inner map's exit outwards carry none, so the outer map looks like a plain write of ``r[i]``
     that drops ``r``'s initial value. The program accumulates: a map exit's outgoing memlet
-    takes the WCR of the memlet that enters it on the same connector. Returns how many it set."""
+    takes the WCR of the memlet that enters it on the same connector. Returns how many it set
+    (``dry_run``: 1 if it would set one, ``sdfg`` left as it is)."""
     changed, total = True, 0
     while changed:
         changed = False
@@ -177,6 +181,8 @@ def propagate_wcr_outward(sdfg: SDFG) -> int:
                     if (src is None or e.data.is_empty() or e.data.wcr is not None or src.data.wcr is None
                             or src.data.data != e.data.data):
                         continue
+                    if dry_run:
+                        return 1
                     e.data.wcr = src.data.wcr
                     changed, total = True, total + 1
     return total

@@ -65,8 +65,9 @@ def view_permutation(ashape: Sequence, vshape: Sequence, vstrides: Sequence) -> 
     return tuple(order) if order != list(range(len(ashape))) else None
 
 
-def transposed_views_to_copies(sdfg: SDFG) -> int:
-    """Rewrite the read-only strided views of whole arrays described above; returns how many."""
+def transposed_views_to_copies(sdfg: SDFG, *, dry_run: bool = False) -> int:
+    """Rewrite the read-only strided views of whole arrays described above; returns how many
+    (``dry_run``: 1 if one would be rewritten, ``sdfg`` left as it is)."""
     done = 0
     uses: dict = {}
     for state in all_states(sdfg):
@@ -95,6 +96,8 @@ def transposed_views_to_copies(sdfg: SDFG) -> int:
             perm = view_permutation(adesc.shape, vdesc.shape, vdesc.strides)
             if perm is None:
                 continue
+            if dry_run:
+                return 1
             _rewrite(sdfg, state, src, vnode, ins[0], perm)
             done += 1
     return done

@@ -3,12 +3,14 @@
 ``BoundarySteps`` is the part of ``loops.MachineRewriter`` that works at the program's start and
 end: it scatters the homes of the arrays the program keeps distributed once on entry and gathers
 the written ones once on exit, and for arguments the user passes already distributed
-(``placement="distributed"``, docs/placement.md) it makes the argument a per-rank block, the home
-buffer itself where no kernel reads ghost cells.
+(``placement="distributed"``, docs/placement.md) it makes the argument a per-rank block: the home
+buffer itself where every rank's buffer provably is its owned block, a block copied into the
+home on entry (and back on exit) otherwise.
 """
 from __future__ import annotations
 
 from .. import dace_compat as dc
+from ..solver.homes import owns_anchor_blocks
 from ..values.plan import ALL_HOME, ROOT_HOME, HomeSpec, Layout
 
 __all__ = ["BoundarySteps"]
@@ -64,10 +66,14 @@ class BoundarySteps:
         """Make each placed argument a per-rank block: its home's owned block, passed by the user.
 
         Whatever still uses the program's whole array (code that runs on rank 0, a condition)
-        gets a full-size transient stand-in, filled from the home when needed. When no kernel
-        indexes the home buffer directly (no ghost cells), the argument *is* the home buffer;
-        otherwise the argument holds the owned block and the home buffer is filled from it on
-        entry (a local copy) and copied back on exit.
+        gets a full-size transient stand-in, filled from the home when needed. The argument *is*
+        the home buffer when every rank's buffer provably equals its owned block, the block
+        ``distsdfg.layout`` tells the user to pass: every kernel uses the anchor's blocks (no
+        ghost cells) and the owned blocks contain them (``homes.owns_anchor_blocks``; not so for
+        reads at a stride, ``A[2 * i]``, whose blocks leave gaps, so that the owners get even
+        rows). Otherwise the argument holds the owned block and the home buffer is filled from
+        it on entry (a local copy, or messages where the buffer reaches into other ranks' blocks)
+        and copied back on exit.
         """
         sdfg = self.sdfg
         # The renames in two batches of one walk of the SDFG each (``dace_compat.rename_data``):
@@ -86,8 +92,10 @@ class BoundarySteps:
             desc.transient = True
             self.touched.add(stand_ins[x])
             key = (h.anchor.grid, h.anchor.rank_syms, h.anchor.boxes)
-            if all((a.grid, a.rank_syms, a.boxes) == key for a in h.accesses):
-                # Kernels index the home only within the owned blocks: no ghost cells.
+            sizes = {str(s) for n in h.global_shape for s in dc.symbolic.pystr_to_symbolic(n).free_symbols}
+            if not h.accesses or (all((a.grid, a.rank_syms, a.boxes) == key for a in h.accesses)
+                                  and owns_anchor_blocks(h.anchor, sizes)):
+                # Kernels index the home only within the owned blocks: no ghost cells, no gaps.
                 homes[h.buffer] = x
                 self.boundary[x] = h.name
                 continue

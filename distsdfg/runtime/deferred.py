@@ -96,19 +96,19 @@ class Deferred:
 
 
 def defer(sdfg: SDFG, nprocs: int, missing: str, *, target: str = "cpu", comm: str = "host", placement=None,
-          plan_options: Optional[dict] = None, optimize: Optional[bool] = None, source: Optional[str] = None) -> SDFG:
+          plan_options: Optional[dict] = None, optimize: Optional[bool] = None) -> SDFG:
     """Mark ``sdfg`` to be planned at its first call (``lower`` does this when sizes are missing).
 
-    ``source``: the program as given (JSON), taken before a planning attempt changed ``sdfg``; an
-    SDFG that went through the planner's analysis and then through JSON can lose what that
-    analysis repaired (a `while` loop over a scalar ran once: DaCe 1.0.2's own result)."""
+    The source kept (JSON) is ``sdfg`` as it is now, so the failed planning attempt before must
+    have left it as given (``eingraph.build_graph`` does): an SDFG that went through the planner's
+    rewrites and then through JSON can lower to a wrong program (a `while` loop over a scalar ran
+    once: DaCe 1.0.2's own result)."""
     if getattr(sdfg, "_distsdfg", None) is not None:
         raise DistributedLoweringError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
                                        f"(prog.to_sdfg()) for another schedule")
     placed = placed_arrays(sdfg, placement)         # refuses bad placements now, not at the first call
     sizes = tuple(sorted(str(s) for s in sdfg.free_symbols if str(s) not in sdfg.constants))
-    source = source if source is not None else dc.to_json(sdfg)
-    sdfg._distsdfg = Deferred(nprocs, sdfg.name, source, sizes, missing, target, comm, placement,
+    sdfg._distsdfg = Deferred(nprocs, sdfg.name, dc.to_json(sdfg), sizes, missing, target, comm, placement,
                               dict(plan_options or {}), {a: "" for a in sorted(placed)}, optimize)
     return sdfg
 

@@ -13,13 +13,14 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from ..errors import UnsupportedProgramError
 from ..geometry.boxes import reshape_box, subtract
-from ..values.exprs import evaluate_many
+from ..values.exprs import evaluate_many, tiles_without_gaps
 from ..values.notation import grid_coords
 from ..values.plan import ALL_HOME, ROOT_HOME, HomeSolution, HomeSpec, RankBlock, evaluate
 from ..analysis.tiling import block_span
 
-__all__ = ["grid_coords", "rank_symbol_values", "solve_homes"]
+__all__ = ["grid_coords", "rank_symbol_values", "solve_homes", "owns_anchor_blocks"]
 
 def _block(spec, coords, values, gshape) -> RankBlock:
     """The block of a StepSpec or Layout on the rank at grid ``coords`` (None: outside the grid)."""
@@ -141,6 +142,24 @@ def _grow(boxes: List, gshape: Tuple[int, ...], nranks: int) -> List:
     return out
 
 
+def owns_anchor_blocks(anchor, sizes) -> bool:
+    """Whether every rank's owned block of a home anchored at ``anchor`` (``solve_homes``)
+    provably contains the rank's anchor block, for every value of the size symbols ``sizes``:
+    then a home whose kernels use only the anchor's blocks needs no buffer larger than the owned
+    block, and a distributed argument can be that buffer (``lowering.boundary``).
+
+    True for an anchor without blocks and for one block per rank whose blocks leave no gaps
+    (``exprs.tiles_without_gaps``: ``_grow`` stretches them, never falls back to even rows). Not
+    for partial sums (``_split_shared`` splits the anchor's blocks), blocks of a reshape
+    (``view_shape``), or blocks united from several boxes.
+    """
+    if not anchor.boxes:
+        return True
+    if anchor.op is not None or anchor.view_shape or len(set(anchor.boxes)) > 1:
+        return False
+    return tiles_without_gaps(anchor.boxes[0], anchor.rank_syms, frozenset(sizes))
+
+
 def _anchor_boxes(lay, values, nranks: int, gshape: Tuple[int, ...]) -> List:
     """Per rank the anchor kernel's box in the array's coordinates. An anchor that uses the array
     through a reshape (``view_shape``) counts only where every rank's block of the view is a block
@@ -211,8 +230,18 @@ def solve_homes(homes: Sequence[HomeSpec], values: Dict[str, int], nranks: int) 
             origin = tuple(lo[q]) if lo[q] is not None else (0,) * nd
             b = owned[q]
             blocks.append(RankBlock(origin, b[0], b[1]) if b is not None else RankBlock(origin, (0,) * nd, (0,) * nd))
+            if h.boundary and b is not None and shapes[q] != tuple(b[1]):
+                # The argument is the buffer, and users pass the owned block (``distsdfg.layout``).
+                raise UnsupportedProgramError(
+                    f"distributed argument `{h.array}`: rank {q}'s buffer spans {_span(lo[q], shapes[q])} but "
+                    f"it owns {_span(b[0], b[1])}, so no block passed to it could be right; this is a "
+                    f"distsdfg bug, please report it (root placement for `{h.array}` avoids it)")
         out[h.name] = HomeSolution(h, tuple(blocks), shapes)
     return out
+
+
+def _span(start, size) -> str:
+    return "[" + ", ".join(f"{a}:{a + n}" for a, n in zip(start, size)) + "]"
 
 
 def _home_blocks(lay, values, nranks, gshape, homes):

@@ -16,7 +16,7 @@ import sympy
 
 from .. import dace_compat as dc
 
-__all__ = ["compiled", "evaluate", "evaluate_many", "simplified", "same_value", "box_covers"]
+__all__ = ["compiled", "evaluate", "evaluate_many", "simplified", "same_value", "box_covers", "tiles_without_gaps"]
 
 
 #: The functions a bound's text may call, as Python evaluates them on integers.
@@ -170,3 +170,83 @@ def box_covers(box, shape) -> bool:
         return symbolic.pystr_to_symbolic(str(e))
     return len(box) == len(shape) and all(same_value(sym(lo), 0) and same_value(sym(f"({hi}) + 1"), sym(n))
                                           for (lo, hi), n in zip(box, shape))
+
+
+def _nonnegative(e, nonneg) -> bool:
+    """``e`` is provably >= 0: after ``expand`` a polynomial whose coefficients are >= 0 in
+    symbols that are all in ``nonneg`` (False proves nothing)."""
+    e = sympy.expand(e)
+    if e.is_number:
+        return bool(e >= 0)
+    if not e.free_symbols <= nonneg:
+        return False
+    try:
+        coeffs = sympy.Poly(e, *sorted(e.free_symbols, key=str)).coeffs()
+    except sympy.PolynomialError:
+        return False
+    return all(c.is_number and c >= 0 for c in coeffs)
+
+
+def _unclamped(e, r, clamp):
+    """``e`` with its one rank-independent clamp ``clamp(C, f(r))`` (``Min`` on an end, ``Max`` on
+    a start; a positive multiple of it as a term of a sum) replaced by ``f(r)``; None when ``r``
+    appears anywhere else than in arithmetic. A clamp by the same ``C`` on every rank cuts every
+    rank's interval with the same half-line, which keeps the union of the intervals one interval."""
+    terms, clamped = [], False
+    for t in sympy.Add.make_args(e):
+        coef, rest = t.as_coeff_Mul()
+        if r in t.free_symbols and isinstance(rest, clamp) and coef > 0 and not clamped:
+            moving = [a for a in rest.args if r in a.free_symbols]
+            if len(moving) != 1:
+                return None
+            t, clamped = coef * moving[0], True
+        terms.append(t)
+    out = sympy.Add(*terms)
+    if any(r in f.free_symbols for f in out.atoms(sympy.Function, sympy.Min, sympy.Max)):
+        return None
+    return out
+
+
+def tiles_without_gaps(box, rank_syms, sizes) -> bool:
+    """Whether the blocks ``box`` gives the ranks of a grid (inclusive ``(start, end)`` texts per
+    dimension, in the rank symbols ``rank_syms``) provably leave no gap between them, for every
+    value of the size symbols ``sizes``: then the union of the ranks' blocks, cut to the array,
+    is one box, and stretching the outermost blocks to the array's edges covers it.
+
+    Proved per dimension: each depends on at most one rank symbol ``r`` and each ``r`` on at most
+    one dimension (the blocks are a product over the grid's axes), its start never decreases
+    with ``r`` and the next rank's block starts at most one past this rank's end
+    (``start(r + 1) <= end(r) + 1``), both as polynomials with coefficients >= 0 in ``r``, the
+    sizes and their ``int_ceil``/``int_floor`` quotients (block lengths) after rank-independent
+    clamps (``Min(N - 1, ...)``) are taken off (a block length is negative only where the map's
+    range is empty, and then no rank has a block). A stride (``A[2 * i]``: ``start(r + 1) = end(r) + 2``)
+    or a reversed index fails the proof.
+    """
+    rs = {n for n in rank_syms if n}
+    used = set()
+    for lo, hi in box:
+        s, e = (dc.symbolic.pystr_to_symbolic(str(lo)), dc.symbolic.pystr_to_symbolic(str(hi)))
+        moving = {x for x in s.free_symbols | e.free_symbols if str(x) in rs}
+        if not moving:
+            continue
+        if len(moving) > 1 or moving & used:
+            return False
+        r = moving.pop()
+        used.add(r)
+        s, e = _unclamped(s, r, sympy.Max), _unclamped(e, r, sympy.Min)
+        if s is None or e is None:
+            return False
+        # Block lengths (int_ceil(N, 4)) as nonnegative symbols; other functions as unknown ones.
+        quot, names = {}, {}
+        for f in sorted((s + e).atoms(sympy.Function), key=str):
+            if r in f.free_symbols:
+                return False
+            quot[f] = names[f] = sympy.Symbol(f"__q{len(quot)}")
+        s, e = s.xreplace(quot), e.xreplace(quot)
+        nonneg = {r} | {x for x in (s + e).free_symbols if str(x) in sizes}
+        nonneg |= {q for f, q in names.items() if f.func.__name__ in ("int_ceil", "int_floor")
+                   and all(str(x) in sizes for x in f.free_symbols)}
+        nxt = {r: r + 1}
+        if not (_nonnegative(s.xreplace(nxt) - s, nonneg) and _nonnegative(e + 1 - s.xreplace(nxt), nonneg)):
+            return False
+    return True

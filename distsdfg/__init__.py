@@ -1,6 +1,7 @@
 """distsdfg: automatic SPMD distribution of DaCe programs over MPI."""
 from .errors import *  # noqa: F401,F403
 from .lowering import blas as _blas
+from .dace_compat.slices import keep_slice_dimensions as _keep_slice_dimensions
 from .lowering.blas import NoBlasWarning
 from .values.schedule import Schedule
 from .analysis.kernels import MapInfo
@@ -22,3 +23,4 @@ __all__ = ["Schedule", "MapInfo", "CommStep", "CommPlan", "maps", "lower", "comp
 __version__ = "0.1.0"
 
 _blas.configure()     # DaCe's BLAS nodes use OpenBLAS or MKL in every process that imports distsdfg
+_keep_slice_dimensions()   # A[:, 0:1] keeps its dimension in the programs parsed after this (NumPy's shape)

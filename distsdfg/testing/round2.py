@@ -7,11 +7,17 @@ MatMul expansion squeezed the vector block ``(1,)`` to a scalar and refused to c
 product must be a single element", also under the planner's own schedule); a complex scalar argument
 (``complex_scalar``: DaCe 1.0.2 passes it as a ``long double``, wrong results with DaCe alone too) is
 refused by name, and its one-element-array form (``complex_factor``) runs.
+
+``pair_differences`` (an n-body acceleration as NumPy users write it, ``x = pos[:, 0:1]``,
+``x.T - x``): DaCe 1.0.2's parser squeezed the slice ``0:1`` like an index, so ``x.T - x`` was
+``(N,) - (N,)``, all zeros, with DaCe alone too (``dace_compat.slices``).
 """
 import dace
 import numpy as np
 
 from .program import Program
+
+N = dace.symbol("N")
 
 __all__ = ["ROUND2"]
 
@@ -29,6 +35,23 @@ def short_matvec(A: dace.float64[3, 2], p: dace.float64[2]):
 @dace.program
 def short_vecmat(r: dace.float64[2], A: dace.float64[2, 3]):
     return r @ A
+
+
+@dace.program
+def pair_differences(pos: dace.float64[N, 3], mass: dace.float64[N]):
+    x = pos[:, 0:1]
+    y = pos[:, 1:2]
+    dx = x.T - x
+    dy = y.T - y
+    inv = (dx ** 2 + dy ** 2 + 0.01) ** (-1.5)
+    return (dx * inv) @ mass + (dy * inv) @ mass + np.sum(pos - pos[:, 2:3], axis=1)
+
+
+def _pair_differences(pos, mass):
+    x, y = pos[:, 0:1], pos[:, 1:2]
+    dx, dy = x.T - x, y.T - y
+    inv = (dx ** 2 + dy ** 2 + 0.01) ** (-1.5)
+    return (dx * inv) @ mass + (dy * inv) @ mass + np.sum(pos - pos[:, 2:3], axis=1)
 
 
 @dace.program
@@ -51,6 +74,8 @@ ROUND2 = {p.name: p for p in [
             lambda G, D, w: np.einsum('kij,k->ij', G * D, w)),
     Program("complex_factor", complex_factor, lambda g: {"H": _complex(g, 5, 5), "s": np.array([0.3 + 0.7j])},
             lambda H, s: H * s[0]),
+    Program("pair_differences", pair_differences, lambda g: {"pos": g.random((13, 3)), "mass": g.random(13) + 0.5},
+            _pair_differences, (("N", 13),)),
     Program("short_matvec", short_matvec, lambda g: {"A": g.random((3, 2)), "p": g.random(2)}, lambda A, p: A @ p),
     Program("short_vecmat", short_vecmat, lambda g: {"r": g.random(2), "A": g.random((2, 3))}, lambda r, A: r @ A),
 ]}

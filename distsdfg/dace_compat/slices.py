@@ -1,0 +1,164 @@
+"""DaCe 1.0.2 Python-frontend fix (part of the ``dace_compat`` layer): a slice of extent one keeps
+its dimension, as in NumPy.
+
+DaCe 1.0.2's parser reads ``A[s]`` in an expression through ``ProgramVisitor._add_read_slice``,
+which squeezes out *every* dimension of size one of the subset, whether it was indexed
+(``pos[:, 0]``: NumPy drops the dimension) or sliced (``pos[:, 0:1]``: NumPy keeps it). The parsed
+subset no longer tells the two apart, so the SDFG does not either, and no later pass can repair it:
+``x = pos[:, 0:1]; dx = x.T - x`` (the pairwise differences of an n-body code, ``(N, N)`` in
+NumPy) becomes ``(N,) - (N,)``, all zeros, and ``return pos[:, 0:1]`` comes back as ``(N,)``.
+Both are silent: DaCe alone gives the same wrong result.
+
+``keep_slice_dimensions()`` (called when distsdfg is imported, so it applies to the
+``prog.to_sdfg()`` calls a user makes) wraps ``_add_read_slice``: where the subscript's own syntax
+shows a slice (``a:b``, ``...``, or a dimension left out at the end) of extent one, the view it
+makes keeps that dimension. Everything else (integer indices, ``None``, index arrays, a
+subscript whose syntax does not map one-to-one onto the array's dimensions, e.g. a name bound to
+a tuple) goes to DaCe's own method unchanged, so the fix can only turn a squeezed slice back into
+NumPy's shape. Writes (``A[:, 0:1] = ...``) are DaCe's own: their squeezing does not change
+values. ``DISTSDFG_NUMPY_SLICES=0`` turns the fix off.
+"""
+from __future__ import annotations
+
+import ast
+import os
+from typing import List, Optional
+
+__all__ = ["keep_slice_dimensions", "sliced_dimensions"]
+
+_TRANSPOSE_NAMES = ("transpose", "dace.transpose", "numpy.transpose")
+
+_installed = {}
+
+
+def _is_none(e: ast.AST) -> bool:
+    return isinstance(e, ast.Constant) and e.value is None
+
+
+def _is_ellipsis(e: ast.AST) -> bool:
+    return isinstance(e, ast.Constant) and e.value is Ellipsis
+
+
+def sliced_dimensions(index: ast.AST, ndim: int) -> Optional[List[bool]]:
+    """For each of an ``ndim``-dimensional array's dimensions, whether the subscript ``index``
+    (the ``slice`` of an ``ast.Subscript``) slices it (True) or indexes it (False); None where the
+    syntax alone cannot tell (a name that may hold a tuple or a slice object, too many entries)."""
+    elts = list(index.elts) if isinstance(index, ast.Tuple) else [index]
+    for e in elts:
+        integer = isinstance(e, ast.Constant) and isinstance(e.value, int) and not isinstance(e.value, bool)
+        if not (isinstance(e, (ast.Slice, ast.Name, ast.BinOp, ast.UnaryOp)) or integer
+                or _is_none(e) or _is_ellipsis(e)):
+            return None             # a call, an attribute, a list, a slice object: DaCe decides
+    if sum(1 for e in elts if _is_ellipsis(e)) > 1:
+        return None
+    used = sum(1 for e in elts if not _is_none(e) and not _is_ellipsis(e))
+    if used > ndim:
+        return None
+    out: List[bool] = []
+    for e in elts:
+        if _is_none(e):
+            continue
+        if _is_ellipsis(e):
+            out += [True] * (ndim - used)
+        else:
+            out.append(isinstance(e, ast.Slice))
+    out += [True] * (ndim - len(out))
+    return out
+
+
+def _names_a_scalar(visitor, e: ast.AST) -> bool:
+    """Whether the subscript entry ``e`` (an ``ast.Name``) is an integer index the visitor knows:
+    a symbol, a scalar, or a Python integer of the program's closure."""
+    import numbers
+    from dace import data, symbolic
+    name = e.id
+    target = visitor.variables.get(name, name)
+    desc = visitor.sdfg.arrays.get(target)
+    if desc is not None:
+        return isinstance(desc, data.Scalar)
+    if name in visitor.sdfg.symbols:
+        return True
+    value = getattr(visitor, "globals", {}).get(name)
+    return isinstance(value, (numbers.Integral, symbolic.symbol))
+
+
+def _keeping_view(visitor, array: str, node: ast.Subscript, expr):
+    """The view of ``array`` that DaCe's ``_add_read_slice`` makes, with the dimensions sliced to
+    extent one kept; None where DaCe's own method is right (nothing to keep) or must decide."""
+    from dace import Memlet, subsets
+    if expr.arrdims or not isinstance(expr.subset, subsets.Range):
+        return None
+    arrobj = visitor.sdfg.arrays[array]
+    sliced = sliced_dimensions(node.slice, len(arrobj.shape))
+    if sliced is None or len(sliced) != len(expr.subset):
+        return None
+    elts = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
+    if any(isinstance(e, ast.Name) and not _names_a_scalar(visitor, e) for e in elts):
+        return None
+    sizes = expr.subset.size()
+    if not any(s and size == 1 for s, size in zip(sliced, sizes)):
+        return None                                     # nothing to keep: DaCe's own view is right
+    dims = [d for d, s in enumerate(sliced) if s]
+    shape = [sizes[d] for d in dims]
+    strides = [arrobj.strides[d] for d in dims]
+    for axis in sorted(expr.new_axes):                      # np.newaxis: a dimension of size one
+        shape.insert(axis, 1)
+        strides.insert(axis, 1)
+    visitor._add_state('slice_%s_%d' % (array.replace('.', '_'), node.lineno))
+    view, desc = visitor.sdfg.add_view(array, shape, arrobj.dtype, storage=arrobj.storage, strides=strides,
+                                       find_new_name=True)
+    whole = subsets.Range.from_array(desc)
+    visitor.views[view] = (array, Memlet(data=array, subset=str(expr.subset), other_subset=str(whole),
+                                         volume=expr.accesses, wcr=expr.wcr))
+    visitor.variables[view] = view
+    return view
+
+
+def _transpose_with_unit_dimension(original):
+    """DaCe's ``np.transpose`` / ``.T`` / ``.transpose()``, except for a matrix with a dimension of
+    size one (``pos[:, 0:1].T``, now that such slices keep their dimension): DaCe's ``Transpose``
+    library node squeezes its memlets and refuses it ("only supported on matrices"). That one is a
+    copy map ``out[j, i] = inp[i, j]``, which reads a strided view correctly as well."""
+    from dace import Memlet
+
+    def transpose(pv, sdfg, state, inpname, axes=None):
+        desc = sdfg.arrays[inpname]
+        if (len(desc.shape) == 2 and (axes is None or tuple(axes) == (1, 0))
+                and any(s == 1 for s in desc.shape)):
+            rows, cols = desc.shape
+            out, _ = sdfg.add_temp_transient([cols, rows], desc.dtype, desc.storage)
+            state.add_mapped_tasklet("transpose_unit", {"__i0": f"0:{rows}", "__i1": f"0:{cols}"},
+                                     {"__in": Memlet(f"{inpname}[__i0, __i1]")}, "__out = __in",
+                                     {"__out": Memlet(f"{out}[__i1, __i0]")}, external_edges=True)
+            return out
+        return original(pv, sdfg, state, inpname, axes)
+
+    transpose.__doc__ = original.__doc__
+    return transpose
+
+
+def keep_slice_dimensions() -> None:
+    """Install the fix (idempotent); ``DISTSDFG_NUMPY_SLICES=0`` leaves DaCe as it is."""
+    if _installed or os.environ.get("DISTSDFG_NUMPY_SLICES", "1") == "0":
+        return
+    from dace.frontend.python import newast
+    original = newast.ProgramVisitor._add_read_slice
+
+    def _add_read_slice(self, array, node, expr):
+        view = _keeping_view(self, array, node, expr)
+        return view if view is not None else original(self, array, node, expr)
+
+    _add_read_slice.__doc__ = original.__doc__
+    newast.ProgramVisitor._add_read_slice = _add_read_slice
+    _installed["_add_read_slice"] = original
+
+    # ``.T`` and ``.transpose()`` call the module's ``_transpose``; ``np.transpose`` is registered.
+    from dace.frontend.common.op_repository import Replacements
+    from dace.frontend.python import replacements
+    original_transpose = replacements._transpose
+    transpose = _transpose_with_unit_dimension(original_transpose)
+    replacements._transpose = transpose
+    for name in _TRANSPOSE_NAMES:
+        if Replacements._rep.get(name) is original_transpose:
+            Replacements._rep[name] = transpose
+    _installed["_transpose"] = original_transpose

@@ -7,8 +7,7 @@ import dace
 import numpy as np
 import pytest
 
-import distsdfg  # noqa: F401  (installs the fix)
-from distsdfg.dace_compat.slices import sliced_dimensions
+from distsdfg.dace_compat.slices import sliced_dimensions  # importing distsdfg installs the fix
 
 N = dace.symbol("N")
 

@@ -39,11 +39,16 @@ def _is_ellipsis(e: ast.AST) -> bool:
     return isinstance(e, ast.Constant) and e.value is Ellipsis
 
 
+def _entries(index: ast.AST) -> List[ast.AST]:
+    """The comma-separated entries of a subscript (``A[i, 0:1]``: ``i`` and ``0:1``)."""
+    return list(index.elts) if isinstance(index, ast.Tuple) else [index]
+
+
 def sliced_dimensions(index: ast.AST, ndim: int) -> Optional[List[bool]]:
     """For each of an ``ndim``-dimensional array's dimensions, whether the subscript ``index``
     (the ``slice`` of an ``ast.Subscript``) slices it (True) or indexes it (False); None where the
     syntax alone cannot tell (a name that may hold a tuple or a slice object, too many entries)."""
-    elts = list(index.elts) if isinstance(index, ast.Tuple) else [index]
+    elts = _entries(index)
     for e in elts:
         integer = isinstance(e, ast.Constant) and isinstance(e.value, int) and not isinstance(e.value, bool)
         if not (isinstance(e, (ast.Slice, ast.Name, ast.BinOp, ast.UnaryOp)) or integer
@@ -92,8 +97,7 @@ def _keeping_view(visitor, array: str, node: ast.Subscript, expr):
     sliced = sliced_dimensions(node.slice, len(arrobj.shape))
     if sliced is None or len(sliced) != len(expr.subset):
         return None
-    elts = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
-    if any(isinstance(e, ast.Name) and not _names_a_scalar(visitor, e) for e in elts):
+    if any(isinstance(e, ast.Name) and not _names_a_scalar(visitor, e) for e in _entries(node.slice)):
         return None
     sizes = expr.subset.size()
     if not any(s and size == 1 for s, size in zip(sliced, sizes)):

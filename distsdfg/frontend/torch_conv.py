@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Callable, List, Tuple
+from typing import Callable, Tuple
 
 
-from .torch_emit import UnsupportedOpError, Val, literal, matmul_line, reduce, reshape_line
+from .torch_emit import UnsupportedOpError, Val, literal, map_params as _params, matmul_line, reduce, reshape_line
 
 __all__ = ["CONV_EMITTERS"]
 
@@ -29,10 +29,6 @@ def _ints(v, nd: int, default) -> Tuple[int, ...]:
     v = default if v is None or (isinstance(v, (list, tuple)) and len(v) == 0) else v
     v = list(v) if isinstance(v, (list, tuple)) else [v]
     return tuple(int(a) for a in (v * nd if len(v) == 1 else v))
-
-
-def _params(n: int, start: int = 0) -> List[str]:
-    return [f"i{d}" for d in range(start, start + n)]
 
 
 def _window(em, x: Val, o, k, stride, padding, dil, fill):

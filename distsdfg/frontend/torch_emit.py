@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import DistributedLoweringError
 
-__all__ = ["UnsupportedOpError", "Val", "Emitter", "dace_type", "literal", "broadcast_index", "norm_dims",
+__all__ = ["UnsupportedOpError", "Val", "Emitter", "dace_type", "literal", "broadcast_index", "norm_dims", "map_params",
            "replace_token", "reshape_line", "matmul_line", "reduce"]
 
 
@@ -131,7 +131,7 @@ class Emitter:
 
         ``reads``/``writes`` are ``(connector, array, subset)`` with subsets in the params."""
         shape = tuple(shape) if shape else (1,)
-        params = [f"i{d}" for d in range(len(shape))]
+        params = map_params(len(shape))
         ranges = ", ".join(f"0:{s}" for s in shape)
         self.map_names[len(self.lines)] = name
         self.line(f"for {', '.join(params)} in dace.map[{ranges}]:")
@@ -176,6 +176,11 @@ class Emitter:
     @staticmethod
     def _dims(arr: str, ins: Sequence[Val]) -> Tuple[int, ...]:
         return next(v.storage for v in ins if v.name == arr)
+
+
+def map_params(n: int, start: int = 0) -> List[str]:
+    """The parameter names ``Emitter.kernel`` gives a map's dimensions ``start .. start + n - 1``."""
+    return [f"i{d}" for d in range(start, start + n)]
 
 
 def replace_token(expr: str, token: str, text: str) -> str:

@@ -12,16 +12,13 @@ import math
 
 import numpy as np
 
-from .torch_emit import UnsupportedOpError, Val, literal, matmul_line, norm_dims, reduce, reshape_line
+from .torch_emit import (UnsupportedOpError, Val, literal, map_params as _params, matmul_line, norm_dims, reduce,
+                         reshape_line)
 
 __all__ = ["SCAN_EMITTERS"]
 
 #: ``prod`` multiplies the reduced line in one tasklet, term by term, up to this many terms
 PROD_MAX_TERMS = 256
-
-
-def _params(n: int):
-    return [f"i{d}" for d in range(n)]
 
 
 def _flat(em, name, src: Val) -> Val:

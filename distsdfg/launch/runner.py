@@ -189,6 +189,11 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
             sched = parse_schedule(schedule, sdfg)
         distsdfg.lower(sdfg, sched, target=target, placement=placement, cuda_aware_mpi=cuda_aware_mpi)
         say(f"{sdfg.name}: lowered with {sdfg._distsdfg.schedule} for {P} ranks ({time.time() - t0:.1f}s)")
+        if sdfg._distsdfg.nprocs > P:       # refused before compiling, not at the first call
+            from ..errors import CommunicatorSizeError
+            raise CommunicatorSizeError(
+                f"the schedule {sdfg._distsdfg.schedule} needs {sdfg._distsdfg.nprocs} ranks but the run has {P}: "
+                f"run with -n {sdfg._distsdfg.nprocs} or give a smaller grid")
         if compile_only:
             build(sdfg, verbose=True, rebuild=rebuild)
             return 0
@@ -214,6 +219,8 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
                 ref_sdfg = prog.to_sdfg()
                 ref_sdfg.name = f"{ref_sdfg.name}_reference"
                 ref_args = _arguments(mod, ref_sdfg, sizes, seed)
+                from ..dace_compat.scalars import box_arguments, box_complex_scalars
+                box_arguments(ref_args, box_complex_scalars(ref_sdfg), ref_sdfg)     # as DaCe passes them wrong
                 ref_fn, _ = build(ref_sdfg, verbose=True)
                 ref = _outputs(ref_fn(**ref_args, **sizes))
                 problems = _compare(outs, ref)

@@ -1,0 +1,109 @@
+"""hU: the public API tried as a new user would (no compile): the schedule forms the documentation
+shows, an invalid SDFG from DaCe's own frontend named as such, an array passed for a scalar."""
+import json
+
+import dace
+import numpy as np
+import pytest
+
+import distsdfg
+from distsdfg import errors as E
+from distsdfg.testing.programs import get
+
+MM = "_MatMult_.gemm_map"
+N = dace.symbol("N")
+
+
+def fresh():
+    return get("matmul").sdfg()
+
+
+@pytest.mark.parametrize("schedule", [
+    {"gemm_map": (2, 1, 1)},                                   # a label, as the CLI and troubleshooting.md use
+    {"*": (2, 1, 1)},                                          # every kernel whose main map has 3 parameters
+    distsdfg.Schedule({MM: (2, 1, 1)}),                        # the constructor with a dict (was a bare ValueError)
+], ids=["label", "star", "Schedule(dict)"])
+def test_lower_takes_labels_star_and_schedule_of_a_dict(schedule):
+    sdfg = fresh()
+    distsdfg.lower(sdfg, schedule)
+    assert sdfg._distsdfg.schedule.as_dict() == {MM: (2, 1, 1)}
+
+
+def test_the_maps_of_distsdfg_maps_are_schedule_keys():
+    """``distsdfg.maps`` returns MapInfo objects: used as dict keys they name their map (was UnknownMapError
+    quoting the whole ``key[params=ranges]`` string)."""
+    sdfg = fresh()
+    sched = {m: (2, 1, 1) for m in distsdfg.maps(sdfg) if m.key == MM}
+    distsdfg.lower(sdfg, sched)
+    assert sdfg._distsdfg.schedule.as_dict() == {MM: (2, 1, 1)}
+    assert distsdfg.Schedule.of(sched).as_dict() == {MM: (2, 1, 1)}
+
+
+def test_lower_reads_a_json_schedule_file_as_the_cli_does(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text(distsdfg.Schedule.of({MM: (1, 2, 1)}).to_json())
+    sdfg = fresh()
+    distsdfg.lower(sdfg, str(path))
+    assert sdfg._distsdfg.schedule.as_dict() == {MM: (1, 2, 1)}
+    path.write_text(json.dumps({"gemm_map": [2, 1, 1]}))        # a plain {label: grid} file
+    sdfg = fresh()
+    distsdfg.lower(sdfg, path)
+    assert sdfg._distsdfg.schedule.as_dict() == {MM: (2, 1, 1)}
+    with pytest.raises(E.ScheduleError, match="cannot read the schedule file .*missing.json"):
+        distsdfg.lower(fresh(), str(tmp_path / "missing.json"))
+
+
+def test_a_label_that_names_nothing_is_still_refused_by_name():
+    with pytest.raises(E.UnknownMapError, match="`gemm_mapp`.*did you mean `_MatMult_.gemm_map`"):
+        distsdfg.lower(fresh(), {"gemm_mapp": (2, 1, 1)})
+    with pytest.raises(E.GridShapeError, match="3 parameters but its grid \\(2, 1\\)"):
+        distsdfg.lower(fresh(), {"gemm_map": (2, 1)})
+
+
+@dace.program
+def durbin_flip(r: dace.float64[N]):
+    y = np.empty_like(r)
+    alpha = -r[0]
+    beta = 1.0
+    y[0] = -r[0]
+    for k in range(1, N):
+        beta *= 1.0 - alpha * alpha
+        alpha = -(r[k] + np.dot(np.flip(r[:k]), y[:k])) / beta
+        y[:k] += alpha * np.flip(y[:k])
+        y[k] = alpha
+    return y
+
+
+def test_an_sdfg_that_daces_frontend_made_invalid_is_named_as_the_frontends():
+    """Durbin with ``np.flip`` of a slice: DaCe's own validation rejects the SDFG its frontend made; the
+    refusal says so with DaCe's message (was RewriteLimitError: "lowering ... gives an SDFG that DaCe
+    rejects", which blamed distsdfg's rewrite)."""
+    sdfg = durbin_flip.to_sdfg()
+    with pytest.raises(dace.sdfg.InvalidSDFGError):
+        durbin_flip.to_sdfg().validate()
+    with pytest.raises(E.FrontendInvalidError) as info:
+        distsdfg.lower(sdfg, {})
+    msg = str(info.value)
+    assert "DaCe's frontend produced an invalid SDFG" in msg and "before distsdfg changed anything" in msg
+    assert "Ambiguous or invalid edge to/from a View access node" in msg      # DaCe's own words
+    assert isinstance(info.value, E.RewriteLimitError)     # code that caught the old error still does
+
+
+@dace.program
+def scaled(x: dace.float32[N], a: dace.float32):
+    return a * x
+
+
+def test_an_array_for_a_scalar_argument_is_an_input_error():
+    """DaCe raised a bare TypeError ("Passing an array to a scalar") from inside the call."""
+    from mpi4py import MPI
+    from distsdfg.runtime.program import DistributedProgram
+    sdfg = scaled.to_sdfg()
+    distsdfg.lower(sdfg, {"*": (1,)})
+    prog = DistributedProgram(sdfg, None, MPI.COMM_SELF)       # argument checks only: nothing compiled
+    x = np.ones(5, np.float32)
+    kwargs = {"x": x, "a": np.array([2.0], np.float32)}
+    _, error, _ = prog._checked(kwargs, {"x": x, "a": kwargs["a"]}, {}, 1)
+    assert error[0] == "InputError" and "`a` is a float32 scalar" in error[1] and "a=a_array.item()" in error[1]
+    _, error, _ = prog._checked({"x": x, "a": 2.0}, {"x": x}, {}, 1)
+    assert error is None

@@ -107,3 +107,29 @@ def test_an_array_for_a_scalar_argument_is_an_input_error():
     assert error[0] == "InputError" and "`a` is a float32 scalar" in error[1] and "a=a_array.item()" in error[1]
     _, error, _ = prog._checked({"x": x, "a": 2.0}, {"x": x}, {}, 1)
     assert error is None
+
+
+def test_comm_report_of_a_compiled_program_reports_on_its_communicator():
+    """``comm_report(fn)`` after ``fn = compile(sdfg)`` was an AttributeError ('symbols')."""
+    from mpi4py import MPI
+    from distsdfg.runtime.program import DistributedProgram
+    sdfg = fresh()
+    distsdfg.lower(sdfg, {MM: (2, 1, 1)})
+    prog = DistributedProgram(sdfg, None, MPI.COMM_SELF)       # what compile returns, without the build
+    sizes = dict(M=8, N=6, K=5)
+    assert distsdfg.comm_report(prog, nprocs=2, **sizes) == distsdfg.comm_report(sdfg, nprocs=2, **sizes)
+    with pytest.raises(E.CommunicatorSizeError, match="needs 2 ranks"):
+        distsdfg.comm_report(prog, **sizes)                     # its communicator has one rank
+    with pytest.raises(E.NotAnSDFGError, match="DaceProgram"):
+        distsdfg.comm_report(get("matmul").prog, **sizes)
+
+
+def test_run_refuses_a_grid_larger_than_the_ranks_before_compiling(tmp_path, capsys):
+    from distsdfg.launch.cli import main
+    (tmp_path / "one.py").write_text("import dace\n\n@dace.program\ndef f(A: dace.float64[8]):\n    A[:] = A + 1\n")
+    with pytest.raises(SystemExit) as info:
+        main(["run", f"{tmp_path}/one.py:f", "-n", "1", "--schedule", "*=2", "--compile-only"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "CommunicatorSizeError" in err and "needs 2 ranks but the run has 1" in err and "-n 2" in err
+    assert "compiling" not in err and "reusing the build" not in err     # refused before any build

@@ -189,7 +189,7 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
             sched = parse_schedule(schedule, sdfg)
         distsdfg.lower(sdfg, sched, target=target, placement=placement, cuda_aware_mpi=cuda_aware_mpi)
         say(f"{sdfg.name}: lowered with {sdfg._distsdfg.schedule} for {P} ranks ({time.time() - t0:.1f}s)")
-        if sdfg._distsdfg.nprocs > P:       # refused before compiling, not at the first call
+        if sdfg._distsdfg.nprocs > P and (nprocs is not None or not compile_only):    # before compiling
             from ..errors import CommunicatorSizeError
             raise CommunicatorSizeError(
                 f"the schedule {sdfg._distsdfg.schedule} needs {sdfg._distsdfg.nprocs} ranks but the run has {P}: "

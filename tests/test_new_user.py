@@ -133,3 +133,15 @@ def test_run_refuses_a_grid_larger_than_the_ranks_before_compiling(tmp_path, cap
     err = capsys.readouterr().err
     assert "CommunicatorSizeError" in err and "needs 2 ranks but the run has 1" in err and "-n 2" in err
     assert "compiling" not in err and "reusing the build" not in err     # refused before any build
+
+
+def test_cli_refusals_spell_the_fix_as_command_line_options(tmp_path, capsys):
+    from distsdfg.launch.cli import main
+    (tmp_path / "one.py").write_text("import dace\nN = dace.symbol('N')\n\n@dace.program\n"
+                                     "def f(A: dace.float64[N]):\n    A[:] = A + 1\n")
+    for argv, words in [(["--schedule", "*=2", "--sizes", "N=8", "-n", "1"], ["needs 2 ranks", "-n P"]),
+                        (["--schedule", "*=2"], ["size symbol `N`", "--sizes NAME=VALUE"])]:
+        with pytest.raises(SystemExit):
+            main(["plan", f"{tmp_path}/one.py:f"] + argv)
+        err = capsys.readouterr().err
+        assert all(w in err for w in words), err

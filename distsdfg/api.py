@@ -10,7 +10,7 @@ from dace.sdfg import SDFG
 from . import dace_compat as dc
 from .checks import require_sdfg
 from .runtime.deferred import Deferred, DeferredProgram, defer
-from .errors import GridShapeError, InputError, OptionError, ScheduleError, SizeError, SymbolicSizeError
+from .errors import InputError, OptionError, ScheduleError, SizeError, SymbolicSizeError
 from .analysis.kernels import MapInfo, find_kernels, main_map_infos, maps
 from .lowering.pipeline import lower_sdfg
 from .lowering.placement import boundary_pricing, placed_arrays

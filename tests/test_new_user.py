@@ -145,3 +145,23 @@ def test_cli_refusals_spell_the_fix_as_command_line_options(tmp_path, capsys):
             main(["plan", f"{tmp_path}/one.py:f"] + argv)
         err = capsys.readouterr().err
         assert all(w in err for w in words), err
+
+
+@dace.program
+def scaled_loop(z: dace.complex64[N], w: dace.complex64, T: dace.int32):
+    for t in range(T):
+        z[:] = z * w
+
+
+def test_run_draws_the_same_random_inputs_for_the_lowered_program_and_its_reference():
+    """``distsdfg run --check`` draws the run's inputs from the lowered SDFG and the reference's from the
+    original; a boxed complex scalar moved among DaCe's arrays and took another draw (T differed: the
+    check failed on a correct run)."""
+    from distsdfg.launch.runner import random_inputs
+    original = scaled_loop.to_sdfg()
+    lowered = scaled_loop.to_sdfg()
+    distsdfg.lower(lowered, {"*": (2,)})
+    assert lowered._distsdfg.boxed == ("w",)
+    a, b = random_inputs(original, {"N": 5}, seed=3), random_inputs(lowered, {"N": 5}, seed=3)
+    assert sorted(a) == sorted(b) == ["T", "w", "z"]
+    assert a["T"] == b["T"] and np.array_equal(a["z"], b["z"]) and np.asarray(b["w"]).ravel()[0] == a["w"]

@@ -85,7 +85,11 @@ def random_inputs(sdfg, sizes: Dict[str, int], seed: int = 0) -> Dict[str, objec
     from ..values.plan import evaluate
     rng = np.random.default_rng(seed)
     out = {}
-    for name, desc in sdfg.arglist().items():
+    args = sdfg.arglist()
+    # In the program's own argument order, so that a lowered SDFG (a complex scalar boxed into a
+    # one-element array, dace_compat.scalars, which moves it among DaCe's arrays) draws the same values.
+    order = [n for n in sdfg.arg_names if n in args] + [n for n in args if n not in sdfg.arg_names]
+    for name, desc in ((n, args[n]) for n in order):
         if name.startswith("__return") or name in RUNTIME_ARGS or name in sdfg.symbols:
             continue
         dtype = np.dtype(desc.dtype.as_numpy_dtype())

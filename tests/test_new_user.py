@@ -107,6 +107,9 @@ def test_an_array_for_a_scalar_argument_is_an_input_error():
     assert error[0] == "InputError" and "`a` is a float32 scalar" in error[1] and "a=a_array.item()" in error[1]
     _, error, _ = prog._checked({"x": x, "a": 2.0}, {"x": x}, {}, 1)
     assert error is None
+    zero_d = np.array(2.0, np.float32)                          # DaCe takes a 0-d array as a scalar
+    _, error, _ = prog._checked({"x": x, "a": zero_d}, {"x": x, "a": zero_d}, {}, 1)
+    assert error is None
 
 
 def test_comm_report_of_a_compiled_program_reports_on_its_communicator():

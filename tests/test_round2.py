@@ -76,6 +76,9 @@ def test_a_complex_scalar_argument_becomes_a_one_element_array_and_the_call_boxe
     kwargs = {"s": np.complex64(2j)}
     box_arguments(kwargs, ("s",), sdfg)
     assert kwargs["s"].shape == (1,) and kwargs["s"][0] == 2j
+    kwargs = {"s": np.array(1 + 1j)}                              # a 0-d array, as DaCe takes for a scalar
+    box_arguments(kwargs, ("s",), sdfg)
+    assert kwargs["s"].shape == (1,) and kwargs["s"][0] == 1 + 1j
     # the JSON kept to lower again (another placement) still has the scalar, boxed again there
     from distsdfg import dace_compat as dc
     again = dc.from_json(sdfg._distsdfg.source)

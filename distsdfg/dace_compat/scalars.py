@@ -37,10 +37,10 @@ def box_complex_scalars(sdfg: SDFG) -> Tuple[str, ...]:
 
 def box_arguments(kwargs: Dict[str, object], boxed: Tuple[str, ...], sdfg: SDFG) -> None:
     """In place: the caller's values of the boxed arguments as one-element arrays of the program's
-    dtype (a Python or NumPy number, or an array of one element, which is left as it is)."""
+    dtype (a Python or NumPy number or a 0-d array; an array of one element is left as it is)."""
     for name in boxed:
         v = kwargs.get(name)
-        if v is None or isinstance(v, np.ndarray):
+        if v is None or isinstance(v, np.ndarray) and v.ndim > 0:
             continue
-        if isinstance(v, (bool, int, float, complex, np.number)):
-            kwargs[name] = np.array([v], dtype=sdfg.arrays[name].dtype.as_numpy_dtype())
+        if isinstance(v, (bool, int, float, complex, np.number, np.ndarray)):      # a 0-d array too
+            kwargs[name] = np.array([v], dtype=sdfg.arrays[name].dtype.as_numpy_dtype()).reshape(1)

@@ -109,7 +109,8 @@ class DistributedProgram:
                 return (f"argument `{name}` must be a NumPy array of shape {tuple(desc.shape)}, got "
                         f"{type(kwargs[name]).__name__}; convert it with np.asarray")
             if isinstance(desc, dt.Scalar) and name not in RUNTIME_ARGS and is_array(kwargs.get(name)) \
-                    and desc.storage != dace.dtypes.StorageType.GPU_Global:     # DaCe would raise a TypeError
+                    and np.ndim(kwargs[name]) > 0 and desc.storage != dace.dtypes.StorageType.GPU_Global:
+                # DaCe would raise a bare TypeError (a 0-d array passes, as in DaCe)
                 return (f"argument `{name}` is a {desc.dtype.to_string()} scalar, got an array of shape "
                         f"{tuple(kwargs[name].shape)}; pass a number ({name}={name}_array.item() for one element)")
             if name in RUNTIME_ARGS or isinstance(desc, dt.Scalar) and name not in kwargs and name in sdfg.symbols:

@@ -168,3 +168,13 @@ def test_run_draws_the_same_random_inputs_for_the_lowered_program_and_its_refere
     a, b = random_inputs(original, {"N": 5}, seed=3), random_inputs(lowered, {"N": 5}, seed=3)
     assert sorted(a) == sorted(b) == ["T", "w", "z"]
     assert a["T"] == b["T"] and np.array_equal(a["z"], b["z"]) and np.asarray(b["w"]).ravel()[0] == a["w"]
+
+
+
+def test_schedule_cost_and_explain_take_labels_as_lower_does():
+    sizes = dict(M=8, N=8, K=8)
+    by_key = distsdfg.schedule_cost(fresh(), {MM: (2, 1, 1)}, **sizes)
+    assert distsdfg.schedule_cost(fresh(), {"gemm_map": (2, 1, 1)}, **sizes) == by_key
+    assert "(2, 1, 1)" in str(distsdfg.explain(fresh(), {"gemm_map": (2, 1, 1)}, **sizes))
+    with pytest.raises(E.UnknownMapError, match="`nope`"):
+        distsdfg.schedule_cost(fresh(), {"nope": (2,)}, **sizes)

@@ -72,13 +72,14 @@ def test_a_complex_scalar_argument_becomes_a_one_element_array_and_the_call_boxe
     assert [a.array for a in sdfg._distsdfg.steps if a.array == "s"], "s is sent from rank 0 like any input"
     kwargs = {"H": np.zeros((5, 5), complex), "s": 0.3 + 0.7j}
     box_arguments(kwargs, ("s",), sdfg)
-    assert kwargs["s"].dtype == np.complex128 and kwargs["s"].tolist() == [0.3 + 0.7j]
+    assert kwargs["s"].dtype == np.complex128 and kwargs["s"].tolist() == [0.3 + 0.7j] and kwargs["s"].base is None
     kwargs = {"s": np.complex64(2j)}
     box_arguments(kwargs, ("s",), sdfg)
     assert kwargs["s"].shape == (1,) and kwargs["s"][0] == 2j
     kwargs = {"s": np.array(1 + 1j)}                              # a 0-d array, as DaCe takes for a scalar
     box_arguments(kwargs, ("s",), sdfg)
     assert kwargs["s"].shape == (1,) and kwargs["s"][0] == 1 + 1j
+    assert kwargs["s"].base is None          # not a view: DaCe refuses views as arguments
     # the JSON kept to lower again (another placement) still has the scalar, boxed again there
     from distsdfg import dace_compat as dc
     again = dc.from_json(sdfg._distsdfg.source)

@@ -43,4 +43,4 @@ def box_arguments(kwargs: Dict[str, object], boxed: Tuple[str, ...], sdfg: SDFG)
         if v is None or isinstance(v, np.ndarray) and v.ndim > 0:
             continue
         if isinstance(v, (bool, int, float, complex, np.number, np.ndarray)):      # a 0-d array too
-            kwargs[name] = np.array([v], dtype=sdfg.arrays[name].dtype.as_numpy_dtype()).reshape(1)
+            kwargs[name] = np.array([v], dtype=sdfg.arrays[name].dtype.as_numpy_dtype())     # owns its memory

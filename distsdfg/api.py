@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Optional, Union
 
 from dace.sdfg import SDFG
@@ -9,16 +10,15 @@ from dace.sdfg import SDFG
 from . import dace_compat as dc
 from .checks import require_sdfg
 from .runtime.deferred import Deferred, DeferredProgram, defer
-from .errors import GridShapeError, InputError, OptionError, ScheduleError, SizeError, SymbolicSizeError
-from .analysis.kernels import MapInfo, find_kernels, maps
+from .errors import InputError, OptionError, ScheduleError, SizeError, SymbolicSizeError
+from .analysis.kernels import MapInfo, find_kernels, main_map_infos, maps
 from .lowering.pipeline import lower_sdfg
 from .lowering.placement import boundary_pricing, placed_arrays
 from .planner.auto import auto_schedule, explain, schedule_cost
 from .solver.report import comm_plans, comm_report
 from .runtime.program import DistributedProgram, comm_of, compile_distributed
-from .values.schedule import Schedule, ScheduleLike, as_schedule
+from .values.schedule import Schedule, ScheduleLike, as_schedule, resolve_names
 from .solver.solve import lowered_of
-from .analysis.tiling import rough_work
 
 __all__ = ["maps", "lower", "compile", "comm_report", "comm_plans", "schedule_by_label", "auto_schedule",
            "schedule_cost", "explain", "MapInfo", "Schedule"]
@@ -34,36 +34,14 @@ def schedule_by_label(sdfg: SDFG, grids: dict, *, fuzzy: bool = False) -> dict:
     entries: ``{"*": (2, 2)}`` splits every 2-D map of a stencil's loop body. A name that
     matches nothing is kept as given, so that ``lower`` refuses it and suggests the closest key.
     """
-    infos = maps(sdfg)
-    out = {}
-    for name, grid in grids.items():
-        try:
-            grid = tuple(grid)
-        except TypeError:
-            raise GridShapeError(f"`{name}`: grid {grid!r} is not a sequence of integers; give one per map "
-                                 f"parameter, e.g. (2, 1)") from None
-        if name == "*":
-            continue
-        hits = ([m for m in infos if m.key == name] or [m for m in infos if m.label == name]
-                or [m for m in infos if m.key.endswith("." + name)]
-                or ([m for m in infos if name in m.key] if fuzzy else []))
-        for key in [m.key for m in hits] or [name]:
-            out.setdefault(key, tuple(grid))
-    if "*" in grids:
-        grid = tuple(grids["*"])
-        for m in main_maps(sdfg):
-            if len(m.params) == len(grid) and m.key not in out:
-                out[m.key] = grid
-    return out
+    return resolve_names(grids, maps(sdfg), main_maps(sdfg), fuzzy=fuzzy)
 
 
 def main_maps(sdfg: SDFG):
     """Per kernel its main map: a map kernel's map, a library node's map with the most iterations
     (kernels that depend on a loop variable, which cannot be split, left out)."""
 
-    def work(m):
-        return len(m.info.params), rough_work(m.info.ranges)
-    return [max(k.maps, key=work).info for k in find_kernels(sdfg) if k.maps and not k.runtime_symbols]
+    return main_map_infos(find_kernels(sdfg))
 
 
 def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[int] = None,
@@ -94,10 +72,13 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
     if cuda_aware_mpi and target != "gpu":
         raise OptionError("cuda_aware_mpi=True hands GPU buffers to MPI: it needs target='gpu'")
     comm = "device" if cuda_aware_mpi else "host"
+    if isinstance(schedule, (str, os.PathLike)) and str(schedule).endswith(".json"):
+        schedule = _schedule_file(schedule)
     if isinstance(schedule, str):
         placed_arrays(sdfg, placement)          # a wrong placement is refused before planning
         if schedule != "auto":
-            raise ScheduleError(f"schedule must be a Schedule, a dict or 'auto', got {schedule!r}")
+            raise ScheduleError(f"schedule must be a Schedule, a dict {{map key or label: grid}}, 'auto' or the "
+                                f"path of a .json schedule, got {schedule!r}")
         if nprocs is None:
             raise SizeError("lower(sdfg, 'auto') needs nprocs=P, the number of ranks to plan for")
         try:        # planning leaves `sdfg` as it is (``eingraph.build_graph``): the deferred source
@@ -108,6 +89,15 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
                          plan_options=plan_options, optimize=optimize)
     return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement, comm=comm,
                       optimize=optimize, nprocs=nprocs)
+
+
+def _schedule_file(path) -> Schedule:
+    """A schedule saved as JSON (``Schedule.to_json``, or ``{map key or label: grid}``), as the CLI reads it."""
+    try:
+        with open(path) as f:
+            return Schedule.from_json(f.read())
+    except OSError as exc:
+        raise ScheduleError(f"cannot read the schedule file {str(path)!r} ({exc.strerror})") from None
 
 
 def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=None,  # noqa: A001

@@ -19,6 +19,7 @@ __all__ = [
     "TorchFrontendError",
     "SymbolicSizeError",
     "RewriteLimitError",
+    "FrontendInvalidError",
 ]
 
 
@@ -99,3 +100,8 @@ class SymbolicSizeError(SizeError):
 class RewriteLimitError(UnsupportedProgramError):
     """distsdfg's rewrite of this program (for the schedule it was given) is an SDFG that DaCe rejects:
     a limit of distsdfg, not a fault of the program; the message names the state and node."""
+
+
+class FrontendInvalidError(RewriteLimitError):
+    """DaCe's own frontend produced an invalid SDFG for the program (DaCe's validation rejects it
+    before distsdfg changed anything): the message quotes DaCe's; rewrite the statement it names."""

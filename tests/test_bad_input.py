@@ -223,6 +223,8 @@ CLI = [
     ("bad_sizes_item", ["plan", "{d}/two.py:f", "--sizes", "N"], ["'N'", "NAME=INTEGER"]),
     ("missing_schedule_file", ["plan", "{d}/two.py:f", "--schedule", "{d}/none.json"], ["no schedule file"]),
     ("auto_without_n", ["plan", "{d}/two.py:f", "--auto"], ["needs -n P"]),
+    ("launch_no_script", ["launch", "-n", "2", "{d}/nofile.py"], ["no script file", "nofile.py"]),   # was a traceback per rank
+    ("launch_no_ranks", ["launch", "-n", "0", "{d}/two.py"], ["-n 0"]),
 ]
 
 

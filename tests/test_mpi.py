@@ -79,9 +79,9 @@ CASES[2] += ["weighted_product:*=2,1,1"]
 # A GEMV whose contraction is split so that each rank holds one index: DaCe's expansion refused
 # the local (3, 1) @ (1,) ("Output of dot product must be a single element").
 CASES[2] += ["short_matvec:*=1,2", "short_vecmat:*=1,2"]
-# A complex factor passed as a one-element array (a complex scalar argument is refused: DaCe 1.0.2
-# passes it as a long double).
-CASES[2] += ["complex_factor:*=2,1"]
+# A complex scalar argument (DaCe 1.0.2 passes it as a long double: garbage) runs as a one-element
+# array that the lowering makes of it (dace_compat.scalars); the caller passes a Python complex.
+CASES[2] += ["complex_scalar:*=2,1"]
 CASES[4] += ["weighted_product:*=1,3,1", "weighted_product@distributed:*=2,1,1"]
 # x = pos[:, 0:1]; x.T - x: DaCe 1.0.2's parser squeezed the slice of extent one like an index, so
 # the pairwise differences were (N,) - (N,), zeros (dace_compat.slices keeps NumPy's shape).

@@ -56,12 +56,34 @@ def test_the_gather_before_a_write_through_a_view_is_ordered_before_its_writer()
     assert seen >= 3
 
 
-def test_a_complex_scalar_argument_is_refused_with_the_one_element_array_fix():
-    import pytest
-    from distsdfg.errors import UnsupportedProgramError
+def test_a_complex_scalar_argument_becomes_a_one_element_array_and_the_call_boxes_the_number():
+    """DaCe 1.0.2 passes a complex scalar argument as a long double (garbage): the lowering makes it a
+    one-element array of the same dtype and the call turns the caller's number into one."""
+    import dace
+    import numpy as np
+    from distsdfg.dace_compat.scalars import box_arguments
     from distsdfg.testing.round2 import complex_scalar
     sdfg = complex_scalar.to_sdfg()
-    with pytest.raises(UnsupportedProgramError, match=r"argument `s` .*complex128 scalar.*dace.complex128\[1\]"):
-        distsdfg.lower(sdfg, {"_Mult__map": (2, 1)})
+    assert isinstance(sdfg.arrays["s"], dace.data.Scalar)
+    distsdfg.lower(sdfg, {"_Mult__map": (2, 1)})
+    assert sdfg._distsdfg.boxed == ("s",)
+    desc = sdfg.arrays["s"]
+    assert isinstance(desc, dace.data.Array) and tuple(desc.shape) == (1,) and desc.dtype == dace.complex128
+    assert [a.array for a in sdfg._distsdfg.steps if a.array == "s"], "s is sent from rank 0 like any input"
+    kwargs = {"H": np.zeros((5, 5), complex), "s": 0.3 + 0.7j}
+    box_arguments(kwargs, ("s",), sdfg)
+    assert kwargs["s"].dtype == np.complex128 and kwargs["s"].tolist() == [0.3 + 0.7j] and kwargs["s"].base is None
+    kwargs = {"s": np.complex64(2j)}
+    box_arguments(kwargs, ("s",), sdfg)
+    assert kwargs["s"].shape == (1,) and kwargs["s"][0] == 2j
+    kwargs = {"s": np.array(1 + 1j)}                              # a 0-d array, as DaCe takes for a scalar
+    box_arguments(kwargs, ("s",), sdfg)
+    assert kwargs["s"].shape == (1,) and kwargs["s"][0] == 1 + 1j
+    assert kwargs["s"].base is None          # not a view: DaCe refuses views as arguments
+    # the JSON kept to lower again (another placement) still has the scalar, boxed again there
+    from distsdfg import dace_compat as dc
+    again = dc.from_json(sdfg._distsdfg.source)
+    assert isinstance(again.arrays["s"], dace.data.Scalar)
     sdfg = get("complex_factor").sdfg()
-    distsdfg.lower(sdfg, {"_Mult__map": (2, 1)})        # the array form lowers
+    distsdfg.lower(sdfg, {"_Mult__map": (2, 1)})        # the array form lowers as before
+    assert sdfg._distsdfg.boxed == ()

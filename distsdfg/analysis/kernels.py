@@ -11,7 +11,7 @@ from dace.sdfg import SDFG, SDFGState, nodes
 from .. import dace_compat as dc
 from ..checks import require_sdfg
 
-__all__ = ["MapInfo", "AnalysedMap", "Kernel", "find_kernels", "normalise", "maps", "KEPT_LIBRARY_NODES"]
+__all__ = ["MapInfo", "AnalysedMap", "Kernel", "find_kernels", "main_map_infos", "normalise", "maps", "KEPT_LIBRARY_NODES"]
 
 #: Library nodes that stay library nodes (their local semantics on blocks equal the tiled expansion).
 KEPT_LIBRARY_NODES = {"MatMul", "Gemm", "Dot", "BatchedMatMul", "Reduce", "Einsum", "Gemv", "Transpose"}
@@ -190,3 +190,13 @@ def maps(sdfg: SDFG) -> List[MapInfo]:
     """Every schedulable map of ``sdfg``, as ``lower()`` sees them."""
     require_sdfg(sdfg, "distsdfg.maps")
     return [m.info for k in find_kernels(sdfg) for m in k.maps]
+
+
+def main_map_infos(kernels) -> List[MapInfo]:
+    """Per kernel its main map: a map kernel's map, a library node's map with the most iterations
+    (kernels that depend on a loop variable, which cannot be split, left out)."""
+    from .tiling import rough_work
+
+    def work(m):
+        return len(m.info.params), rough_work(m.info.ranges)
+    return [max(k.maps, key=work).info for k in kernels if k.maps and not k.runtime_symbols]

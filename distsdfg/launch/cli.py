@@ -211,7 +211,12 @@ def cmd_calibrate(args):
 
 
 def cmd_launch(args):
+    from distsdfg.errors import CommandLineError
     from .mpiexec import launcher_argv
+    if not os.path.isfile(args.script):       # was a traceback from mpi4py on every rank
+        raise CommandLineError(f"no script file {args.script!r}: distsdfg launch -n P SCRIPT.py [ARGS ...]")
+    if args.n < 1:
+        raise CommandLineError(f"-n {args.n} is not a number of ranks (1 or more)")
     sys.exit(_launch(launcher_argv(args.n, [args.script] + args.args, timeout=args.timeout), args.timeout,
                      args.threads_per_rank))
 
@@ -356,8 +361,20 @@ def main(argv=None):
     except DistributedLoweringError as exc:     # bad input: the message says what to change
         if os.environ.get("DISTSDFG_VERBOSE"):
             raise
-        print(f"distsdfg {args.cmd}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"distsdfg {args.cmd}: {type(exc).__name__}: {exc}{_cli_hint(exc)}", file=sys.stderr)
         sys.exit(2)
+
+
+def _cli_hint(exc) -> str:
+    """The command-line spelling of a fix that the message gives in Python (``N=1024``, ``nprocs=P``)."""
+    from distsdfg import errors as E
+    if isinstance(exc, E.SymbolicSizeError) and exc.symbol:
+        return f" (on the command line: --sizes {exc.symbol}=...)"
+    if isinstance(exc, E.SizeError) and "size symbol" in str(exc):
+        return " (on the command line: --sizes NAME=VALUE ...)"
+    if isinstance(exc, E.CommunicatorSizeError):
+        return " (on the command line: -n P, at least the grid's size)"
+    return ""
 
 
 if __name__ == "__main__":

@@ -85,7 +85,11 @@ def random_inputs(sdfg, sizes: Dict[str, int], seed: int = 0) -> Dict[str, objec
     from ..values.plan import evaluate
     rng = np.random.default_rng(seed)
     out = {}
-    for name, desc in sdfg.arglist().items():
+    args = sdfg.arglist()
+    # In the program's own argument order, so that a lowered SDFG (a complex scalar boxed into a
+    # one-element array, dace_compat.scalars, which moves it among DaCe's arrays) draws the same values.
+    order = [n for n in sdfg.arg_names if n in args] + [n for n in args if n not in sdfg.arg_names]
+    for name, desc in ((n, args[n]) for n in order):
         if name.startswith("__return") or name in RUNTIME_ARGS or name in sdfg.symbols:
             continue
         dtype = np.dtype(desc.dtype.as_numpy_dtype())
@@ -189,6 +193,11 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
             sched = parse_schedule(schedule, sdfg)
         distsdfg.lower(sdfg, sched, target=target, placement=placement, cuda_aware_mpi=cuda_aware_mpi)
         say(f"{sdfg.name}: lowered with {sdfg._distsdfg.schedule} for {P} ranks ({time.time() - t0:.1f}s)")
+        if sdfg._distsdfg.nprocs > P and (nprocs is not None or not compile_only):    # before compiling
+            from ..errors import CommunicatorSizeError
+            raise CommunicatorSizeError(
+                f"the schedule {sdfg._distsdfg.schedule} needs {sdfg._distsdfg.nprocs} ranks but the run has {P}: "
+                f"run with -n {sdfg._distsdfg.nprocs} or give a smaller grid")
         if compile_only:
             build(sdfg, verbose=True, rebuild=rebuild)
             return 0
@@ -214,6 +223,8 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
                 ref_sdfg = prog.to_sdfg()
                 ref_sdfg.name = f"{ref_sdfg.name}_reference"
                 ref_args = _arguments(mod, ref_sdfg, sizes, seed)
+                from ..dace_compat.scalars import box_arguments, box_complex_scalars
+                box_arguments(ref_args, box_complex_scalars(ref_sdfg), ref_sdfg)     # as DaCe passes them wrong
                 ref_fn, _ = build(ref_sdfg, verbose=True)
                 ref = _outputs(ref_fn(**ref_args, **sizes))
                 problems = _compare(outs, ref)

@@ -74,6 +74,9 @@ class Lowered:
     # target="gpu": the program's arrays (arguments and results at rank 0) that this variant takes
     # in device memory, as the caller's CuPy arrays (distsdfg.lowering.device_args); () for host arrays.
     device_args: Tuple[str, ...] = ()
+    # Complex scalar arguments the lowering made one-element arrays (dace_compat.scalars); the call
+    # passes the caller's number as one.
+    boxed: Tuple[str, ...] = ()
 
     @property
     def nprocs(self) -> int:

@@ -18,16 +18,17 @@ from dace.sdfg import SDFG
 
 from .. import dace_compat as dc
 from ..checks import require_sdfg
+from ..dace_compat.scalars import box_complex_scalars
 from ..analysis.constraints import KernelPlan, kernel_constraints, padded_axes
 from ..errors import DistributedLoweringError, LoweredStateError
-from ..analysis.kernels import find_kernels
+from ..analysis.kernels import find_kernels, main_map_infos
 from .loops import MachineRewriter
 from .partial_sums import PartialKernels
 from .rewriter import COMM_ARG, PLAN_ARRAY, PLAN_LEN, KernelGrid, Lowered, Rewriter
 from ..values.plan import axis_symbols
-from ..values.schedule import Schedule
+from ..values.schedule import Schedule, resolve_names
 
-__all__ = ["lower_sdfg", "validate_lowered"]
+__all__ = ["lower_sdfg", "validate_lowered", "validate_frontend"]
 
 
 class PartialRewriter(PartialKernels, Rewriter):
@@ -55,19 +56,20 @@ def _refuse_split(k, grids) -> None:
                 f"a dace.map so that it can be split")
 
 
-def _refuse_complex_scalars(sdfg: SDFG) -> None:
-    """DaCe 1.0.2 hands a complex scalar argument to the compiled program through the ctypes type
-    of its table (``long double`` for complex128, ``uint64`` for complex64), which the C function
-    reads as garbage: wrong results with DaCe alone too. Refused by name, with the fix."""
-    from ..errors import UnsupportedProgramError
-    for name, desc in sdfg.arrays.items():
-        if isinstance(desc, dace.data.Scalar) and not desc.transient and desc.dtype in (dace.complex64,
-                                                                                         dace.complex128):
-            raise UnsupportedProgramError(
-                f"argument `{name}` of `{sdfg.name}` is a {desc.dtype.to_string()} scalar, which DaCe 1.0.2 passes to "
-                f"the compiled program as a `long double` or `uint64` (its value is lost: wrong results, with DaCe "
-                f"alone too); declare it as a one-element array (`{name}: dace.{desc.dtype.to_string()}[1]`), "
-                f"use `{name}[0]`, and pass `np.array([value])`")
+def validate_frontend(source: str, original: str) -> None:
+    """DaCe's validation of the program as DaCe's frontend gave it (``source``: its JSON, taken before
+    distsdfg changed anything); an SDFG that was invalid already (``np.flip`` of a slice in a loop)
+    is the frontend's, refused by name with DaCe's message. Run only when the lowered SDFG fails
+    validation, so valid programs pay nothing."""
+    try:
+        dc.from_json(source).validate()
+    except dace.sdfg.InvalidSDFGError as exc:
+        from ..errors import FrontendInvalidError
+        raise FrontendInvalidError(
+            f"DaCe's frontend produced an invalid SDFG for `{original}`, before distsdfg changed anything: "
+            f"{' '.join(str(exc).split())}. DaCe alone cannot compile this program either; rewrite the "
+            f"statement DaCe names (e.g. an explicit loop instead of np.flip of a slice) and check it with "
+            f"`prog.to_sdfg().validate()`") from None
 
 
 def validate_lowered(sdfg: SDFG, original: str, schedule: Schedule) -> None:
@@ -78,6 +80,9 @@ def validate_lowered(sdfg: SDFG, original: str, schedule: Schedule) -> None:
             sdfg._distsdfg.validated = dc.structure_fingerprint(sdfg)
     except dace.sdfg.InvalidSDFGError as exc:
         from ..errors import RewriteLimitError
+        low = getattr(sdfg, "_distsdfg", None)
+        if low is not None and low.source:
+            validate_frontend(low.source, original)
         raise RewriteLimitError(f"lowering `{original}` with {schedule.as_dict()} gives an SDFG that DaCe rejects "
                                 f"({str(exc).splitlines()[0]}): distsdfg cannot rewrite this program for this "
                                 f"schedule yet; try another schedule, or run it on one rank") from None
@@ -100,15 +105,18 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
         raise DistributedLoweringError(f"comm={comm!r} does not go with target={target!r}: device buffers need "
                                        f"target='gpu', the emulated device path target='cpu'")
     require_sdfg(sdfg, "distsdfg.lower")
-    _refuse_complex_scalars(sdfg)
     if getattr(sdfg, "_distsdfg", None) is not None:
         raise LoweredStateError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
                                        f"(prog.to_sdfg()) for another schedule")
     source = dc.to_json(sdfg)
+    boxed = box_complex_scalars(sdfg)      # DaCe 1.0.2 passes complex scalars as garbage: one-element arrays
     placed = placed_arrays(sdfg, placement)
     dc.repair_init_accumulate_races(sdfg)
     kernels = find_kernels(sdfg)
     known = {m.info.key: len(m.info.params) for k in kernels for m in k.maps}
+    if any(key not in known for key in schedule.keys()):     # labels (gemm_map) and "*", as schedule_by_label
+        schedule = Schedule(tuple(sorted(resolve_names(schedule.as_dict(), [m.info for k in kernels for m in k.maps],
+                                                       main_map_infos(kernels)).items())), schedule.sdfg)
     schedule.validate_for(known, sdfg_name=sdfg.name)
     grids = schedule.as_dict()
     plans: List[KernelPlan] = []
@@ -164,7 +172,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     sdfg._distsdfg = Lowered(schedule.with_sdfg(original) if schedule.sdfg is None else schedule, original,
                              rw.steps, kgrids, even_checks, target, getattr(rw, "home_specs", list)(),
                              dict(getattr(rw, "boundary", {})), source, comm=comm, data_bounds=data_bounds,
-                             replicas=tuple(getattr(rw, "replicas", ())))
+                             replicas=tuple(getattr(rw, "replicas", ())), boxed=boxed)
     from ..dace_compat.matmul import degenerate_matmuls_to_maps
     degenerate_matmuls_to_maps(sdfg)          # blocks that DaCe's MatMul expansion would read as vectors
     if target == "cpu":

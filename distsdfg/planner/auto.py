@@ -32,7 +32,7 @@ from ..analysis.kernels import maps
 from ..lowering.pipeline import lower_sdfg, validate_lowered
 from .prune import multilevel
 from ..solver.report import comm_report, sent_once
-from ..values.schedule import Schedule, as_schedule
+from ..values.schedule import Schedule, as_schedule, resolve_names
 from .searchers import (CANDIDATE_LIMIT, SEARCHERS, Plan, Problem, candidates, data_parallel_schedule, graph_cost,
                         sqrt_schedule, viable)
 
@@ -77,7 +77,13 @@ def _graph(sdfg: SDFG, sizes: dict, call: str, deferrable: bool = False) -> EinG
 def _checked(sdfg: SDFG, schedule) -> Schedule:
     """``schedule`` as a Schedule whose keys and grid lengths fit ``sdfg`` (as ``lower`` checks them)."""
     sched = as_schedule(schedule)
-    sched.validate_for({m.key: len(m.params) for m in maps(sdfg)}, sdfg_name=sdfg.name)
+    infos = maps(sdfg)
+    known = {m.key: len(m.params) for m in infos}
+    if any(key not in known for key in sched.keys()):      # labels (gemm_map) and "*", as lower resolves them
+        from ..analysis.kernels import find_kernels, main_map_infos
+        grids = resolve_names(sched.as_dict(), infos, main_map_infos(find_kernels(sdfg)))
+        sched = Schedule(tuple(sorted(grids.items())), sched.sdfg)
+    sched.validate_for(known, sdfg_name=sdfg.name)
     return sched
 
 

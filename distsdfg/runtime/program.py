@@ -8,12 +8,14 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+import dace
 from dace.sdfg import SDFG
 
 from ..lowering import blas
 from .. import dace_compat as dc
 from .. import errors
 from ..dace_compat.pack import PACKED, packed_names
+from ..dace_compat.scalars import box_arguments
 from ..mpi.encode import encode_plan
 from ..errors import CommunicatorSizeError, DistributedLoweringError, InputError
 from ..solver.inspector import inspect_call
@@ -106,6 +108,11 @@ class DistributedProgram:
                     and name not in self.lowered.boundary and not is_array(kwargs[name]):
                 return (f"argument `{name}` must be a NumPy array of shape {tuple(desc.shape)}, got "
                         f"{type(kwargs[name]).__name__}; convert it with np.asarray")
+            if isinstance(desc, dt.Scalar) and name not in RUNTIME_ARGS and is_array(kwargs.get(name)) \
+                    and np.ndim(kwargs[name]) > 0 and desc.storage != dace.dtypes.StorageType.GPU_Global:
+                # DaCe would raise a bare TypeError (a 0-d array passes, as in DaCe)
+                return (f"argument `{name}` is a {desc.dtype.to_string()} scalar, got an array of shape "
+                        f"{tuple(kwargs[name].shape)}; pass a number ({name}={name}_array.item() for one element)")
             if name in RUNTIME_ARGS or isinstance(desc, dt.Scalar) and name not in kwargs and name in sdfg.symbols:
                 continue
             if name not in kwargs:
@@ -284,6 +291,8 @@ class DistributedProgram:
             if self.lowered.comm == "device":
                 require_cuda_aware_mpi(self.lowered.original_name)
         comm, rank, P = self.comm, self.comm.rank, self.comm.size
+        if self.lowered.boxed:      # complex scalars travel as one-element arrays (dace_compat.scalars)
+            box_arguments(kwargs, self.lowered.boxed, self.sdfg)
         arrays = {k: v for k, v in kwargs.items() if is_array(v) and k not in self.lowered.boundary}
         given = {k: v for k, v in kwargs.items() if not is_array(v) and k in self.sdfg.symbols}
         error, values, reshapes, variant = None, None, None, ()

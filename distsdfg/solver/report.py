@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import numpy as np
 from dace.sdfg import SDFG
 
-from ..checks import positive_int
+from ..checks import positive_int, require_sdfg
 from ..analysis.eingraph import build_graph
 from ..errors import CommunicatorSizeError, SizeError
 from ..values.plan import CommStep
@@ -88,7 +88,12 @@ def _ranks(low, nprocs, what: str) -> int:
 
 def _solved(sdfg: SDFG, nprocs, symbols, what: str):
     """(lowering, values, solved steps) with a missing size named instead of a KeyError; a program
-    planned at its first call is planned for these sizes."""
+    planned at its first call is planned for these sizes. A compiled program (``distsdfg.compile``'s
+    result) stands for its SDFG, on its communicator's ranks unless ``nprocs`` says otherwise."""
+    if not isinstance(sdfg, SDFG) and isinstance(getattr(sdfg, "sdfg", None), SDFG) and hasattr(sdfg, "comm"):
+        nprocs = sdfg.comm.size if nprocs is None else nprocs
+        sdfg = sdfg.sdfg
+    require_sdfg(sdfg, f"distsdfg.{what}")
     data = {k: v for k, v in symbols.items() if isinstance(v, np.ndarray)}
     for k in data:
         if k not in sdfg.arrays or sdfg.arrays[k].transient:

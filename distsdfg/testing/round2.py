@@ -5,8 +5,9 @@ were never gathered and the einsum read an unwritten transient: zeros); matrix-v
 contraction is split so that each rank holds one index (``short_matvec``, ``short_vecmat``: DaCe's
 MatMul expansion squeezed the vector block ``(1,)`` to a scalar and refused to compile, "Output of dot
 product must be a single element", also under the planner's own schedule); a complex scalar argument
-(``complex_scalar``: DaCe 1.0.2 passes it as a ``long double``, wrong results with DaCe alone too) is
-refused by name, and its one-element-array form (``complex_factor``) runs.
+(``complex_scalar``: DaCe 1.0.2 passes it as a ``long double``, wrong results with DaCe alone too) was
+refused by name; since hU the lowering makes it a one-element array (``dace_compat.scalars``) and the
+call passes the caller's number as one, so it runs like its array form (``complex_factor``).
 
 ``pair_differences`` (an n-body acceleration as NumPy users write it, ``x = pos[:, 0:1]``,
 ``x.T - x``): DaCe 1.0.2's parser squeezed the slice ``0:1`` like an index, so ``x.T - x`` was
@@ -74,6 +75,8 @@ ROUND2 = {p.name: p for p in [
             lambda G, D, w: np.einsum('kij,k->ij', G * D, w)),
     Program("complex_factor", complex_factor, lambda g: {"H": _complex(g, 5, 5), "s": np.array([0.3 + 0.7j])},
             lambda H, s: H * s[0]),
+    Program("complex_scalar", complex_scalar, lambda g: {"H": _complex(g, 5, 5), "s": 0.3 + 0.7j},
+            lambda H, s: H * s),
     Program("pair_differences", pair_differences, lambda g: {"pos": g.random((13, 3)), "mass": g.random(13) + 0.5},
             _pair_differences, (("N", 13),)),
     Program("short_matvec", short_matvec, lambda g: {"A": g.random((3, 2)), "p": g.random(2)}, lambda A, p: A @ p),

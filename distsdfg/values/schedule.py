@@ -9,7 +9,7 @@ from typing import Iterable, Mapping, Optional, Tuple, Union
 
 from ..errors import GridShapeError, ScheduleError, UnknownMapError
 
-__all__ = ["Schedule", "ScheduleLike", "grid_size"]
+__all__ = ["Schedule", "ScheduleLike", "grid_size", "resolve_names"]
 
 Grid = Tuple[int, ...]
 
@@ -33,6 +33,8 @@ class Schedule:
     sdfg: Optional[str] = None
 
     def __post_init__(self):
+        if isinstance(self.grids, Mapping):     # Schedule({key: grid}) reads as Schedule.of({key: grid})
+            object.__setattr__(self, "grids", Schedule.of(self.grids).grids)
         seen = set()
         for key, grid in self.grids:
             if not isinstance(key, str):
@@ -57,6 +59,8 @@ class Schedule:
                 g = tuple(int(d) if not isinstance(d, bool) and float(d) == int(d) else d for d in grid)
             except (TypeError, ValueError):
                 raise GridShapeError(f"map `{key}`: grid {grid!r} is not a sequence of integers") from None
+            if not isinstance(key, str) and isinstance(getattr(key, "key", None), str):
+                key = key.key       # a MapInfo of distsdfg.maps(sdfg), used as the key it names
             items.append((str(key), g))
         return cls(tuple(sorted(items)), sdfg)
 
@@ -144,3 +148,32 @@ def as_schedule(schedule: ScheduleLike) -> Schedule:
     if isinstance(schedule, Mapping):
         return Schedule.of(schedule)
     raise ScheduleError(f"a schedule is a distsdfg.Schedule or a dict {{map key: grid}}, got {type(schedule).__name__}")
+
+
+def resolve_names(grids: Mapping, infos, main, *, fuzzy: bool = False) -> dict:
+    """``{map key: grid}`` from grids named by key, label or ``"*"`` (``distsdfg.schedule_by_label``).
+    ``infos``: every map (objects with ``key``, ``label``, ``params``); ``main``: the main map of each
+    kernel that may be split, which ``"*"`` names when its parameter count equals the grid's length.
+    A name that matches nothing is kept as given, so that ``validate_for`` refuses it by name."""
+    out = {}
+    for name, grid in grids.items():
+        if not isinstance(name, str) and isinstance(getattr(name, "key", None), str):
+            name = name.key
+        try:
+            grid = tuple(grid)
+        except TypeError:
+            raise GridShapeError(f"`{name}`: grid {grid!r} is not a sequence of integers; give one per map "
+                                 f"parameter, e.g. (2, 1)") from None
+        if name == "*":
+            continue
+        hits = ([m for m in infos if m.key == name] or [m for m in infos if m.label == name]
+                or [m for m in infos if m.key.endswith("." + name)]
+                or ([m for m in infos if name in m.key] if fuzzy else []))
+        for key in [m.key for m in hits] or [name]:
+            out.setdefault(key, tuple(grid))
+    if "*" in grids:
+        grid = tuple(grids["*"])
+        for m in main:
+            if len(m.params) == len(grid) and m.key not in out:
+                out[m.key] = grid
+    return out

@@ -149,6 +149,8 @@ def argument_strides(outer_desc, subset, inner_desc, mapping):
     sizes = subset.size()
     if len(sizes) != len(inner_desc.shape) or not any(sz == 1 for sz in sizes) or len(sizes) < 2:
         return None
+    if any(step != 1 for _, _, step in subset.ndrange()):
+        return None                                     # a strided argument: DaCe's
     to_outer = {symbolic.pystr_to_symbolic(k): symbolic.pystr_to_symbolic(str(v)) for k, v in mapping.items()}
     for inner, size in zip(inner_desc.shape, sizes):
         if symbolic.simplify(symbolic.pystr_to_symbolic(str(inner)).subs(to_outer) - size) != 0:
@@ -160,8 +162,8 @@ def argument_strides(outer_desc, subset, inner_desc, mapping):
     if any(str(f) in inner_names and str(f) not in map(str, to_inner.values())
            for s in outer_desc.strides if symbolic.issymbolic(s) for f in s.free_symbols):
         return None                                     # a caller's symbol the callee uses otherwise
-    ones = [d for d, sz in enumerate(sizes) if sz != 1]
-    if all(symbolic.simplify(symbolic.pystr_to_symbolic(str(inner_desc.strides[d])) - strides[d]) == 0 for d in ones):
+    wide = [d for d, sz in enumerate(sizes) if sz != 1]
+    if all(symbolic.simplify(symbolic.pystr_to_symbolic(str(inner_desc.strides[d])) - strides[d]) == 0 for d in wide):
         return None                                     # DaCe's strides already address it
     return strides
 

@@ -82,3 +82,44 @@ def test_symbolic_extents_are_not_squeezed_either():
     sdfg = rows.to_sdfg(simplify=False)
     views = {tuple(str(s) for s in d.shape) for d in sdfg.arrays.values() if isinstance(d, dace.data.View)}
     assert ("1", "4") in views
+
+
+def test_a_nested_call_with_a_column_gets_the_column_strides():
+    # inner(A[:, 1:2]) with a parameter [L, 1]: DaCe 1.0.2 left the parameter contiguous, (1, 1)
+    # ("Incompatible strides"), so the callee read A[0:N, 1] as consecutive elements of row 0
+    # (silent, with DaCe alone too). The parameter gets the column's strides (M, 1); M, a symbol of
+    # the caller only, is passed to the callee.
+    L = dace.symbol("L")
+    M = dace.symbol("M")
+
+    @dace.program
+    def scale(x: dace.float64[L, 1], y: dace.float64[L, 1]):
+        y[:] = x * 2.0
+
+    @dace.program
+    def caller(A: dace.float64[N, M], out: dace.float64[N, M]):
+        scale(A[:, 1:2], out[:, 3:4])
+
+    sdfg = caller.to_sdfg(simplify=False)
+    nested = [n for n, _ in sdfg.all_nodes_recursive() if isinstance(n, dace.nodes.NestedSDFG)]
+    assert len(nested) == 1
+    inner = nested[0].sdfg.arrays
+    assert [tuple(str(s) for s in inner[k].strides) for k in ("x", "y")] == [("M", "1"), ("M", "1")]
+    assert str(nested[0].symbol_mapping["M"]) == "M"
+
+
+@pytest.mark.parametrize("outer,subset,inner,mapping,expected", [
+    ((7, 5), "0:7, 1:2", (7, 1), {}, (5, 1)),           # a column: the outer strides
+    ((7, 5), "2:3, 0:5", (1, 5), {}, None),             # a row: DaCe's (5, 1) already addresses it
+    ((7, 5), "0:7, 1", (7,), {}, None),                 # a squeezed index: DaCe's own rule
+    ((7, 5), "0:7, 0:5", (7, 5), {}, None),             # no dimension of one
+    ((7, 5), "0:7, 1:2", (1, 7), {}, None),             # a reshaping call: DaCe decides
+])
+def test_argument_strides_table(outer, subset, inner, mapping, expected):
+    from dace import subsets
+    from distsdfg.dace_compat.slices import argument_strides
+    sdfg = dace.SDFG("t")
+    sdfg.add_array("A", outer, dace.float64)
+    _, idesc = dace.SDFG("u").add_array("x", inner, dace.float64)
+    got = argument_strides(sdfg.arrays["A"], subsets.Range.from_string(subset), idesc, mapping)
+    assert (None if got is None else tuple(int(s) for s in got)) == expected

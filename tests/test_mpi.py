@@ -86,6 +86,11 @@ CASES[4] += ["weighted_product:*=1,3,1", "weighted_product@distributed:*=2,1,1"]
 # x = pos[:, 0:1]; x.T - x: DaCe 1.0.2's parser squeezed the slice of extent one like an index, so
 # the pairwise differences were (N,) - (N,), zeros (dace_compat.slices keeps NumPy's shape).
 CASES[2] += ["pair_differences:*=2,1"]
+# hS's sweep (round 3): a nested call given a column of width one read it with contiguous strides;
+# // and % of negative int64 were C's, sums of booleans booleans, means of int64 int64 (all
+# silent, with DaCe alone too); MPI refused MPI_MAX on bool partial results; a (1, 3) block of
+# A.T made DaCe's Transpose node invalid.
+CASES[2] += ["nested_column:*=2,1", "floor_mod:*=2,1", "any_column:*=1,2", "small_transpose:*=2,1"]
 
 
 def _run(nprocs, cases, tmp_path):

@@ -14,6 +14,12 @@ operands' real shapes: one that zeroes the output block, then one over output an
 indices that accumulates the products (a sum write-conflict resolution). Products that DaCe
 reads correctly (the squeezed shapes still mean the same product: row vector times matrix,
 matrix times column vector, a dot product into one element) stay library nodes, and so BLAS calls.
+
+DaCe's ``Transpose`` node squeezes its memlets the same way and then refuses a block with a
+dimension of one ("Transpose operation only supported on matrices"): ``A.T @ y`` with ``A`` of
+``(2, 3)`` and its rows split two ways gives each rank a ``(1, 3)`` block, a valid schedule that
+failed validation. ``degenerate_transposes_to_maps`` makes such a node a copy map
+``out[j, i] = inp[i, j]`` over the block.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ from dace.sdfg import SDFG, nodes
 
 from . import all_states
 
-__all__ = ["degenerate_matmuls_to_maps", "misread_by_dace", "vector_product"]
+__all__ = ["degenerate_matmuls_to_maps", "degenerate_transposes_to_maps", "misread_by_dace", "vector_product"]
 
 
 def _is_one(d) -> bool:
@@ -173,5 +179,35 @@ def degenerate_matmuls_to_maps(sdfg: SDFG) -> int:
                 continue
 
             _replace(sdfg, state, node, ea, eb, ec)
+            done += 1
+    return done
+
+
+def degenerate_transposes_to_maps(sdfg: SDFG) -> int:
+    """Replace the ``Transpose`` nodes of a 2-D block with a dimension of one (which DaCe's node
+    refuses once it squeezes the block) by a copy map; returns how many."""
+    done = 0
+    for state in all_states(sdfg):
+        for node in list(state.nodes()):
+            if not isinstance(node, nodes.LibraryNode) or type(node).__name__ != "Transpose":
+                continue
+            ins = [e for e in state.in_edges(node) if e.dst_conn == "_inp"]
+            outs = [e for e in state.out_edges(node) if e.src_conn == "_out"]
+            if len(ins) != 1 or len(outs) != 1 or outs[0].data.wcr is not None:
+                continue
+            ei, eo = ins[0], outs[0]
+            if not all(isinstance(e.data.subset, subsets.Range) and len(e.data.subset) == 2 for e in (ei, eo)) \
+                    or not isinstance(ei.src, nodes.AccessNode) or not isinstance(eo.dst, nodes.AccessNode):
+                continue
+            si = ei.data.subset.size()
+            if not any(_is_one(d) for d in si):
+                continue
+            i, j = "__tr_i", "__tr_j"
+            state.remove_node(node)
+            state.add_mapped_tasklet(
+                f"{node.label}_copy", {i: f"0:{si[0]}", j: f"0:{si[1]}"},
+                {"__x": mm.Memlet(data=ei.data.data, subset=_index(ei.data.subset, [i, j]))}, "__y = __x",
+                {"__y": mm.Memlet(data=eo.data.data, subset=_index(eo.data.subset, [j, i]))},
+                input_nodes={ei.data.data: ei.src}, output_nodes={eo.data.data: eo.dst}, external_edges=True)
             done += 1
     return done

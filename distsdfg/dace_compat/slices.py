@@ -24,7 +24,7 @@ import ast
 import os
 from typing import List, Optional
 
-__all__ = ["keep_slice_dimensions", "sliced_dimensions"]
+__all__ = ["keep_slice_dimensions", "sliced_dimensions", "argument_strides"]
 
 _TRANSPOSE_NAMES = ("transpose", "dace.transpose", "numpy.transpose")
 
@@ -141,6 +141,68 @@ def _transpose_with_unit_dimension(original):
     return transpose
 
 
+def argument_strides(outer_desc, subset, inner_desc, mapping):
+    """The strides, in the callee's symbols, that a nested SDFG's parameter ``inner_desc`` must have
+    to address the argument ``subset`` of ``outer_desc``; None where DaCe's own are right or where the
+    subset does not have the parameter's shape dimension by dimension (a reshaping call: DaCe's)."""
+    from dace import symbolic
+    sizes = subset.size()
+    if len(sizes) != len(inner_desc.shape) or not any(sz == 1 for sz in sizes) or len(sizes) < 2:
+        return None
+    if any(step != 1 for _, _, step in subset.ndrange()):
+        return None                                     # a strided argument: DaCe's
+    to_outer = {symbolic.pystr_to_symbolic(k): symbolic.pystr_to_symbolic(str(v)) for k, v in mapping.items()}
+    for inner, size in zip(inner_desc.shape, sizes):
+        if symbolic.simplify(symbolic.pystr_to_symbolic(str(inner)).subs(to_outer) - size) != 0:
+            return None
+    to_inner = {v: symbolic.pystr_to_symbolic(k) for k, v in to_outer.items() if symbolic.issymbolic(v)}
+    strides = tuple(symbolic.pystr_to_symbolic(str(s)).subs(to_inner) if symbolic.issymbolic(s) else s
+                    for s in outer_desc.strides)
+    inner_names = {str(k) for k in to_outer}
+    if any(str(f) in inner_names and str(f) not in map(str, to_inner.values())
+           for s in outer_desc.strides if symbolic.issymbolic(s) for f in s.free_symbols):
+        return None                                     # a caller's symbol the callee uses otherwise
+    wide = [d for d, sz in enumerate(sizes) if sz != 1]
+    if all(symbolic.simplify(symbolic.pystr_to_symbolic(str(inner_desc.strides[d])) - strides[d]) == 0 for d in wide):
+        return None                                     # DaCe's strides already address it
+    return strides
+
+
+def _fix_nested_strides(visitor, before) -> None:
+    """Gives the parameters of the nested SDFGs that ``_parse_sdfg_call`` added (those not in
+    ``before``) the strides ``argument_strides`` finds."""
+    from dace import nodes
+    for state in visitor.sdfg.all_states():
+        for node in state.nodes():
+            if not isinstance(node, nodes.NestedSDFG) or id(node) in before:
+                continue
+            edges = [(e.dst_conn, e.data) for e in state.in_edges(node)] + \
+                    [(e.src_conn, e.data) for e in state.out_edges(node)]
+            for conn, memlet in edges:
+                if conn is None or memlet.data is None or conn not in node.sdfg.arrays:
+                    continue
+                inner = node.sdfg.arrays[conn]
+                strides = argument_strides(visitor.sdfg.arrays[memlet.data], memlet.subset, inner,
+                                           node.symbol_mapping)
+                if strides is not None:
+                    inner.strides = strides
+                    _pass_symbols(visitor.sdfg, node, strides)
+
+
+def _pass_symbols(outer, node, strides) -> None:
+    """Maps the caller's symbols that ``strides`` name and the callee lacks to themselves."""
+    from dace import symbolic
+    for f in {f for s in strides if symbolic.issymbolic(s) for f in s.free_symbols}:
+        if f.name not in node.symbol_mapping and f.name in outer.symbols:
+            node.sdfg.add_symbol(f.name, outer.symbols[f.name])
+            node.symbol_mapping[f.name] = f
+
+
+def _nested_ids(visitor):
+    from dace import nodes
+    return {id(n) for st in visitor.sdfg.all_states() for n in st.nodes() if isinstance(n, nodes.NestedSDFG)}
+
+
 def keep_slice_dimensions() -> None:
     """Install the fix (idempotent); ``DISTSDFG_NUMPY_SLICES=0`` leaves DaCe as it is."""
     if _installed or os.environ.get("DISTSDFG_NUMPY_SLICES", "1") == "0":
@@ -155,6 +217,18 @@ def keep_slice_dimensions() -> None:
     _add_read_slice.__doc__ = original.__doc__
     newast.ProgramVisitor._add_read_slice = _add_read_slice
     _installed["_add_read_slice"] = original
+
+    original_call = newast.ProgramVisitor._parse_sdfg_call
+
+    def _parse_sdfg_call(self, funcname, func, node):
+        before = _nested_ids(self)
+        result = original_call(self, funcname, func, node)
+        _fix_nested_strides(self, before)
+        return result
+
+    _parse_sdfg_call.__doc__ = original_call.__doc__
+    newast.ProgramVisitor._parse_sdfg_call = _parse_sdfg_call
+    _installed["_parse_sdfg_call"] = original_call
 
     # ``.T`` and ``.transpose()`` call the module's ``_transpose``; ``np.transpose`` is registered.
     from dace.frontend.common.op_repository import Replacements

@@ -72,6 +72,21 @@ def validate_frontend(source: str, original: str) -> None:
             f"`prog.to_sdfg().validate()`") from None
 
 
+def _refuse_callbacks(sdfg: SDFG) -> None:
+    """A call DaCe 1.0.2 does not translate (``np.clip``, ``np.std``, ``np.linalg.norm``) becomes a
+    Python callback, an argument of the SDFG that the compiled program cannot be given: refused by
+    name (it used to surface as a missing "size symbol" at the first call)."""
+    from ..errors import UnsupportedProgramError
+    calls = sorted(name for name, t in sdfg.symbols.items() if isinstance(t, dace.dtypes.callback))
+    if calls:
+        names = ", ".join(f"`{c}`" for c in calls)
+        raise UnsupportedProgramError(
+            f"`{sdfg.name}` calls {names}, which DaCe 1.0.2 does not translate: it leaves each a Python callback, "
+            f"which a distributed program cannot call; write it with the NumPy DaCe translates (e.g. np.clip(a, lo, "
+            f"hi) as np.minimum(np.maximum(a, lo), hi), np.var(a) as np.mean((a - np.mean(a)) ** 2), np.std as its "
+            f"np.sqrt, np.linalg.norm(x) as np.sqrt(np.sum(x * x)))")
+
+
 def validate_lowered(sdfg: SDFG, original: str, schedule: Schedule) -> None:
     """DaCe's validation of a lowered SDFG; a failure is the rewrite's limit, refused by name."""
     try:
@@ -105,6 +120,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
         raise DistributedLoweringError(f"comm={comm!r} does not go with target={target!r}: device buffers need "
                                        f"target='gpu', the emulated device path target='cpu'")
     require_sdfg(sdfg, "distsdfg.lower")
+    _refuse_callbacks(sdfg)
     if getattr(sdfg, "_distsdfg", None) is not None:
         raise LoweredStateError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
                                        f"(prog.to_sdfg()) for another schedule")
@@ -173,8 +189,9 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
                              rw.steps, kgrids, even_checks, target, getattr(rw, "home_specs", list)(),
                              dict(getattr(rw, "boundary", {})), source, comm=comm, data_bounds=data_bounds,
                              replicas=tuple(getattr(rw, "replicas", ())), boxed=boxed)
-    from ..dace_compat.matmul import degenerate_matmuls_to_maps
+    from ..dace_compat.matmul import degenerate_matmuls_to_maps, degenerate_transposes_to_maps
     degenerate_matmuls_to_maps(sdfg)          # blocks that DaCe's MatMul expansion would read as vectors
+    degenerate_transposes_to_maps(sdfg)       # and blocks of one row or column DaCe's Transpose refuses
     if target == "cpu":
         from .optimize import optimize_lowered
         if enabled(optimize):

@@ -474,7 +474,8 @@ def get(name: str) -> Program:
         from .accumulations import ACCUMULATIONS       # accumulations in maps (issue 21)
         from .offsets import OFFSETS                   # transposed, strided and shifted reads (hK's sweep)
         from .round2 import ROUND2                     # npbench-style kernels (hQ's sweep)
+        from .round3 import ROUND3                     # fresh NumPy programs (hS's sweep)
         from .triangular import TRIANGULAR             # triangular loops, loops of library calls (issue 23)
-        return {**ACCUMULATIONS, **TRIANGULAR, **OFFSETS, **ROUND2}[name]
+        return {**ACCUMULATIONS, **TRIANGULAR, **OFFSETS, **ROUND2, **ROUND3}[name]
     return PROGRAMS[name]
 

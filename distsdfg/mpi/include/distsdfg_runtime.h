@@ -69,7 +69,13 @@ inline MPI_Datatype mpi_type(int64_t code) {
     throw std::runtime_error("distsdfg: unknown dtype code");
 }
 
-inline MPI_Op mpi_op(int64_t op) {
+inline MPI_Op mpi_op(int64_t op, MPI_Datatype ty) {
+    if (ty == MPI_C_BOOL) {   // MPI defines only the logical operators on bool: + and max are or, * and min and
+        switch (op) {
+            case OP_SUM: case OP_MAX: return MPI_LOR;
+            case OP_PROD: case OP_MIN: return MPI_LAND;
+        }
+    }
     switch (op) {
         case OP_SUM: return MPI_SUM;
         case OP_PROD: return MPI_PROD;
@@ -724,7 +730,7 @@ void gather(const Step& s, const T* local, T* global, Context& ctx, bool reduce)
     if (reduce && (s.flags() & F_REPL) && s.rcolor(me) >= 0) check(MPI_Comm_size(rc, &rsize), "Comm_size");
     if (rsize > 1) {        // (a group of one has nothing to combine: no copy)
         typename Mem::template Buffer<T> red(s.rkey(me) == 0 ? n : 0);
-        check(MPI_Reduce(send, red.data(), int(n), ty, mpi_op(s.op()), 0, rc), "Reduce");
+        check(MPI_Reduce(send, red.data(), int(n), ty, mpi_op(s.op(), ty), 0, rc), "Reduce");
         if (s.rkey(me) == 0) {
             mine.swap(red);
             send = mine.data();
@@ -1017,17 +1023,17 @@ void redist(const Redist& r, const T* src, T* dst, Context& ctx) {
         const int64_t dof = host ? dense_run(nd, r.dshape(), r.dorigin(me), D, D + nd) : -1;
         if (so >= 0 && dof >= 0 && r.volume(D) == n) {
             if (src + so == dst + dof) {
-                check(MPI_Allreduce(MPI_IN_PLACE, dst + dof, int(n), ty, mpi_op(r.op()), gc), "Allreduce");
+                check(MPI_Allreduce(MPI_IN_PLACE, dst + dof, int(n), ty, mpi_op(r.op(), ty), gc), "Allreduce");
                 return;
             }
             if (!overlaps(src + so, n, static_cast<const T*>(dst + dof), n)) {
-                check(MPI_Allreduce(src + so, dst + dof, int(n), ty, mpi_op(r.op()), gc), "Allreduce");
+                check(MPI_Allreduce(src + so, dst + dof, int(n), ty, mpi_op(r.op(), ty), gc), "Allreduce");
                 return;
             }
         }
         typename Mem::template Buffer<T> buf(n);
         Mem::pack(nd, src, r.sshape(), r.sorigin(me), S, S + nd, buf.data());
-        check(MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(buf.size()), ty, mpi_op(r.op()), gc), "Allreduce");
+        check(MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(buf.size()), ty, mpi_op(r.op(), ty), gc), "Allreduce");
         Mem::unpack(nd, dst, r.dshape(), r.dorigin(me), D, D + nd, buf.data());
     } else if (mode == M_REDUCE_SCATTER) {
         std::vector<int> counts(mem.size());
@@ -1046,7 +1052,7 @@ void redist(const Redist& r, const T* src, T* dst, Context& ctx) {
         }
         const int64_t dof = host ? dense_run(nd, r.dshape(), r.dorigin(me), D, D + nd) : -1;
         if (direct && dof >= 0 && !overlaps(src + first, total, static_cast<const T*>(dst + dof), r.volume(D))) {
-            check(MPI_Reduce_scatter(src + first, dst + dof, counts.data(), ty, mpi_op(r.op()), gc), "Reduce_scatter");
+            check(MPI_Reduce_scatter(src + first, dst + dof, counts.data(), ty, mpi_op(r.op(), ty), gc), "Reduce_scatter");
             return;
         }
         typename Mem::template Buffer<T> sbuf(total), rbuf(r.volume(D));
@@ -1056,7 +1062,7 @@ void redist(const Redist& r, const T* src, T* dst, Context& ctx) {
             if (counts[i]) Mem::pack(nd, src, r.sshape(), r.sorigin(me), B, B + nd, sbuf.data() + pos);
             pos += counts[i];
         }
-        check(MPI_Reduce_scatter(sbuf.data(), rbuf.data(), counts.data(), ty, mpi_op(r.op()), gc), "Reduce_scatter");
+        check(MPI_Reduce_scatter(sbuf.data(), rbuf.data(), counts.data(), ty, mpi_op(r.op(), ty), gc), "Reduce_scatter");
         if (!rbuf.empty()) Mem::unpack(nd, dst, r.dshape(), r.dorigin(me), D, D + nd, rbuf.data());
     } else if (mode == M_REDUCE) {
         int root = 0;
@@ -1069,13 +1075,13 @@ void redist(const Redist& r, const T* src, T* dst, Context& ctx) {
         const int64_t dof = host && at_root ? dense_run(nd, r.dshape(), r.dorigin(me), D, D + nd) : -1;
         if (so >= 0 && (!at_root || (dof >= 0 && r.volume(D) == n &&
                                      !overlaps(src + so, n, static_cast<const T*>(dst + dof), n)))) {
-            check(MPI_Reduce(src + so, at_root ? static_cast<void*>(dst + dof) : nullptr, int(n), ty, mpi_op(r.op()),
+            check(MPI_Reduce(src + so, at_root ? static_cast<void*>(dst + dof) : nullptr, int(n), ty, mpi_op(r.op(), ty),
                              root, gc), "Reduce");
             return;
         }
         typename Mem::template Buffer<T> sbuf(n), rbuf(at_root ? n : 0);
         Mem::pack(nd, src, r.sshape(), r.sorigin(me), RD, RD + nd, sbuf.data());
-        check(MPI_Reduce(sbuf.data(), rbuf.data(), int(sbuf.size()), ty, mpi_op(r.op()), root, gc), "Reduce");
+        check(MPI_Reduce(sbuf.data(), rbuf.data(), int(sbuf.size()), ty, mpi_op(r.op(), ty), root, gc), "Reduce");
         if (int64_t(mem[root]) == me) Mem::unpack(nd, dst, r.dshape(), r.dorigin(me), D, D + nd, rbuf.data());
     } else if (mode == M_ALLGATHERV) {
         std::vector<int> counts(mem.size()), displs(mem.size());

@@ -86,6 +86,9 @@ CASES[4] += ["weighted_product:*=1,3,1", "weighted_product@distributed:*=2,1,1"]
 # x = pos[:, 0:1]; x.T - x: DaCe 1.0.2's parser squeezed the slice of extent one like an index, so
 # the pairwise differences were (N,) - (N,), zeros (dace_compat.slices keeps NumPy's shape).
 CASES[2] += ["pair_differences:*=2,1"]
+# np.std / np.var / np.clip / np.linalg.norm (Python callbacks in DaCe 1.0.2, refused) as maps and
+# reductions (dace_compat.npfuncs): column statistics over rows split two ways combine partial sums.
+CASES[2] += ["standard_scores:*=2,1"]
 
 
 def _run(nprocs, cases, tmp_path):

@@ -3,6 +3,7 @@ from .errors import *  # noqa: F401,F403
 from .lowering import blas as _blas
 from .dace_compat.slices import keep_slice_dimensions as _keep_slice_dimensions
 from .dace_compat.npfuncs import numpy_functions as _numpy_functions
+from .dace_compat.nparrays import numpy_array_functions as _numpy_array_functions
 from .lowering.blas import NoBlasWarning
 from .values.schedule import Schedule
 from .analysis.kernels import MapInfo
@@ -25,4 +26,5 @@ __version__ = "0.1.0"
 
 _blas.configure()     # DaCe's BLAS nodes use OpenBLAS or MKL in every process that imports distsdfg
 _keep_slice_dimensions()   # A[:, 0:1] keeps its dimension in the programs parsed after this (NumPy's shape)
-_numpy_functions()         # np.clip, np.var, np.std, np.linalg.norm become maps and reductions, not callbacks
+_numpy_functions()         # np.clip, np.var, np.std, np.linalg.norm, np.prod, ... are maps and reductions, not callbacks
+_numpy_array_functions()   # and np.matmul, np.outer, np.diag, np.trace, np.tril, np.cumsum, np.diff, argmax, ...

@@ -72,3 +72,56 @@ def test_the_planner_splits_their_maps_and_lower_takes_them():
     assert any("deviation_squared" in key for key in split), schedule
     distsdfg.lower(sdfg, schedule)
     assert _callbacks(sdfg) == []
+
+
+@dace.program
+def array_forms(A: dace.float64[N, N], B: dace.float64[N, N], a: dace.float64[N], b: dace.float64[4],
+                I: dace.int64[N]):
+    m = np.matmul(A, B) + np.outer(a, a) + np.diag(a) + np.tril(A) + np.triu(A, 1) * 2.0 + np.tril(A, -1)
+    s = np.inner(a, a) + np.vdot(a, a) + np.trace(A @ B) + np.trace(B, 1) + np.diag(B, 1)[0] + np.diag(B, -2)[1]
+    c = np.cumsum(A, axis=1) + np.cumsum(A, axis=0) + np.cumprod(A * 0.5 + 0.8, axis=0) + np.diag(B)
+    f = np.cumsum(A)[3] + np.cumsum(I)[4] + np.diff(a)[1] + np.diff(A, n=2, axis=0)[0, 2] + np.diff(A)[1, 1]
+    g = np.argmax(a) + np.argmin(A) + a.argmax() + A.argmin(axis=1) + np.argmax(A, axis=0) + A.max(axis=0)
+    h = A.min(axis=1) + A.sum(axis=1) + A.mean(axis=0) + A.prod(axis=1) + np.prod(I) + np.ptp(A, axis=1)
+    k = np.count_nonzero(a > 0.5) + np.count_nonzero(A > 0.2, axis=0) + np.any(A > 0.9, axis=1) + np.all(A > 0.05, axis=0)
+    return m + s + c + f + g + h + k + np.round(A * 10.0, 1) + np.around(a) + np.average(A, axis=0) + np.outer(a, b)[:, 0]
+
+
+def _array_forms(A, B, a, b, I):
+    m = np.matmul(A, B) + np.outer(a, a) + np.diag(a) + np.tril(A) + np.triu(A, 1) * 2.0 + np.tril(A, -1)
+    s = np.inner(a, a) + np.vdot(a, a) + np.trace(A @ B) + np.trace(B, 1) + np.diag(B, 1)[0] + np.diag(B, -2)[1]
+    c = np.cumsum(A, axis=1) + np.cumsum(A, axis=0) + np.cumprod(A * 0.5 + 0.8, axis=0) + np.diag(B)
+    f = np.cumsum(A)[3] + np.cumsum(I)[4] + np.diff(a)[1] + np.diff(A, n=2, axis=0)[0, 2] + np.diff(A)[1, 1]
+    g = np.argmax(a) + np.argmin(A) + a.argmax() + A.argmin(axis=1) + np.argmax(A, axis=0) + A.max(axis=0)
+    h = A.min(axis=1) + A.sum(axis=1) + A.mean(axis=0) + A.prod(axis=1) + np.prod(I) + np.ptp(A, axis=1)
+    k = np.count_nonzero(a > 0.5) + np.count_nonzero(A > 0.2, axis=0) + np.any(A > 0.9, axis=1) + np.all(A > 0.05, axis=0)
+    return m + s + c + f + g + h + k + np.round(A * 10.0, 1) + np.around(a) + np.average(A, axis=0) + np.outer(a, b)[:, 0]
+
+
+def test_array_functions_have_no_callbacks_and_match_numpy():
+    g = np.random.default_rng(5)
+    A, B, a, b = g.random((7, 7)), g.random((7, 7)), g.random(7), g.random(4)
+    I = g.integers(-3, 4, 7)
+    A[2, 3], a[4] = 0.45, 2.5                      # halves: NumPy rounds them to even
+    sdfg = array_forms.to_sdfg()
+    assert _callbacks(sdfg) == []
+    sdfg.name = "npfuncs_array_forms"
+    out = sdfg(A=A, B=B, a=a, b=b, I=I, N=7)
+    ref = _array_forms(A, B, a, b, I)
+    assert np.max(np.abs(out - ref)) <= 1e-10 * np.max(np.abs(ref))
+
+
+@dace.program
+def vector_diag_offset(a: dace.float64[N]):
+    return np.diag(a, 1)
+
+
+@dace.program
+def boolean_diff(a: dace.bool[N]):
+    return np.diff(a)
+
+
+@pytest.mark.parametrize("prog, words", [(vector_diag_offset, "offset 0"), (boolean_diff, "xor")])
+def test_untranslated_array_forms_are_refused_by_name(prog, words):
+    with pytest.raises(DaceSyntaxError, match=words):
+        prog.to_sdfg()

@@ -32,10 +32,7 @@ import operator
 import os
 from functools import reduce as _fold
 
-__all__ = ["numpy_functions", "TRANSLATED"]
-
-#: The functions this module translates (DaCe 1.0.2 would make each a Python callback).
-TRANSLATED = ("numpy.clip", "numpy.var", "numpy.std", "numpy.linalg.norm")
+__all__ = ["numpy_functions", "FUNCTIONS"]
 
 _installed = {}
 
@@ -172,6 +169,65 @@ def _norm(pv, sdfg, state, x, ord=None, axis=None, keepdims=False):
                       f"(translated: ord=None/'fro', and for one axis ord=1, 2, np.inf)")
 
 
+def _reduction(kind: str, what: str):
+    """``np.prod``, ``np.any``, ``np.all``, ``np.count_nonzero`` and ``np.ptp`` over ``axis``."""
+    def reduction(pv, sdfg, state, a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+        from dace import dtypes
+        from dace.frontend.common.op_repository import Replacements
+        from dace.frontend.python import replacements
+        from dace.frontend.python.nested_call import NestedCall
+        _no_extras(pv, what, dtype=dtype, out=out, keepdims=keepdims, initial=initial, where=where)
+        if not isinstance(a, str) or a not in sdfg.arrays:
+            raise _refuse(pv, f"{what} of a non-array operand {a!r}")
+        nest = NestedCall(pv, sdfg, state)
+        ax = None if axis is None else _axes(pv, len(sdfg.arrays[a].shape), axis, what)
+        k = _kind(sdfg, a)
+        if kind in ("any", "all", "count") and k != "b":
+            a = replacements._datatype_converter(sdfg, nest.add_state(), a, dtypes.bool)[0]
+        if kind == "count":
+            a = replacements._datatype_converter(sdfg, nest.add_state(), a, dtypes.int64)[0]
+            return nest, nest(Replacements.get("numpy.sum"))(a, axis=ax)
+        if kind == "prod":
+            if k in "ub" or k == "i" and sdfg.arrays[a].dtype != dtypes.int64:
+                a = replacements._datatype_converter(sdfg, nest.add_state(), a, dtypes.int64)[0]
+            return nest, nest(replacements._reduce)("lambda x, y: x * y", a, axis=ax, identity=1)
+        if kind == "ptp":
+            hi = nest(replacements._max)(a, axis=ax)
+            lo = nest(replacements._min)(a, axis=ax)
+            return nest, nest(replacements._array_array_binop)(hi, lo, "Sub", "-")
+        # any / all: the logical or / and of booleans, as their max / min (MPI's LOR / LAND)
+        red = "lambda x, y: max(x, y)" if kind == "any" else "lambda x, y: min(x, y)"
+        return nest, nest(replacements._reduce)(red, a, axis=ax, identity=kind == "all")
+    return reduction
+
+
+def _round(pv, sdfg, state, a, decimals=0, out=None):
+    from dace.frontend.python import replacements
+    _no_extras(pv, "np.round", out=out)
+    k = _kind(sdfg, a)
+    if k not in "f":
+        raise _refuse(pv, f"np.round is translated for real floating arrays (got {k!r} data)")
+    scale = 10.0 ** int(decimals)
+    # nearbyint rounds halves to even, as NumPy does (C's round does not)
+    return replacements._elementwise(pv, sdfg, state, f"lambda x: nearbyint(x * {scale!r}) / {scale!r}", a)
+
+
+def _average(pv, sdfg, state, a, axis=None, weights=None, returned=False, keepdims=False):
+    from dace.frontend.common.op_repository import Replacements
+    _no_extras(pv, "np.average", weights=weights, returned=returned, keepdims=keepdims)
+    return Replacements.get("numpy.mean")(pv, sdfg, state, a, axis=axis)
+
+
+#: name -> replacement for the NumPy reductions and element-wise functions DaCe 1.0.2 lacks.
+FUNCTIONS = {
+    "numpy.clip": _clip, "numpy.var": _var, "numpy.std": _std, "numpy.linalg.norm": _norm,
+    "numpy.prod": _reduction("prod", "np.prod"), "numpy.any": _reduction("any", "np.any"),
+    "numpy.all": _reduction("all", "np.all"), "numpy.count_nonzero": _reduction("count", "np.count_nonzero"),
+    "numpy.ptp": _reduction("ptp", "np.ptp"), "numpy.round": _round, "numpy.around": _round,
+    "numpy.average": _average,
+}
+
+
 def numpy_functions() -> None:
     """Install the replacements (idempotent); ``DISTSDFG_NUMPY_FUNCTIONS=0`` leaves DaCe as it is.
     A replacement DaCe itself registers for one of these names (a later DaCe) is kept."""
@@ -179,13 +235,13 @@ def numpy_functions() -> None:
         return
     from dace.frontend.common.op_repository import Replacements
     from dace.frontend.python import replacements  # noqa: F401 (registers DaCe's own first)
-    for name, func in (("numpy.clip", _clip), ("numpy.var", _var), ("numpy.std", _std),
-                       ("numpy.linalg.norm", _norm)):
+    for name, func in FUNCTIONS.items():
         if name not in Replacements._rep:
             Replacements._rep[name] = func
             _installed[name] = func
     for cls in ("Array", "View", "Scalar"):
-        for meth, func in (("clip", _clip), ("var", _var), ("std", _std)):
+        for meth in ("clip", "var", "std", "prod", "any", "all", "ptp", "round"):
+            func = FUNCTIONS["numpy." + meth]
             if (cls, meth) not in Replacements._method_rep:
                 Replacements._method_rep[(cls, meth)] = func   # called as func(pv, sdfg, state, self, ...)
                 _installed[(cls, meth)] = func

@@ -15,7 +15,9 @@ call passes the caller's number as one, so it runs like its array form (``comple
 
 ``standard_scores`` (column z-scores clipped, scaled by a norm): ``np.std``, ``np.var``, ``np.clip``
 and ``np.linalg.norm`` were Python callbacks in DaCe 1.0.2, refused by ``lower``; they are maps and
-reductions since ``dace_compat.npfuncs``.
+reductions since ``dace_compat.npfuncs``. ``array_functions``: ``np.cumsum``, ``np.diff``, ``np.tril``,
+``np.outer``, ``np.trace``, ``np.argmax``, ``a.sum(axis=1)``, ``np.prod``, ``np.any``, ``np.count_nonzero``,
+``np.ptp``, ``np.round`` were callbacks or refused (``dace_compat.nparrays``, ``dace_compat.npfuncs``).
 """
 import dace
 import numpy as np
@@ -81,6 +83,21 @@ def _standard_scores(A):
     return r / np.linalg.norm(r) + np.var(A, axis=1)[0] + np.linalg.norm(A[0], np.inf)
 
 
+@dace.program
+def array_functions(A: dace.float64[N, 6], v: dace.float64[6]):
+    c = np.cumsum(A, axis=1) + np.cumsum(A, axis=0) * 0.5 + np.tril(A) - np.triu(A, 2)
+    d = np.diff(A, axis=1)[:, 0:1] + np.outer(A[:, 0], v) + np.trace(A[0:6, :]) + np.argmax(v)
+    e = A.sum(axis=1)[0] + np.prod(A * 0.2 + 0.9, axis=0) + np.count_nonzero(A > 0.5, axis=0) + np.ptp(A, axis=0)
+    return c + d + e + np.round(A * 100.0) + np.any(A > 0.99, axis=0)
+
+
+def _array_functions(A, v):
+    c = np.cumsum(A, axis=1) + np.cumsum(A, axis=0) * 0.5 + np.tril(A) - np.triu(A, 2)
+    d = np.diff(A, axis=1)[:, 0:1] + np.outer(A[:, 0], v) + np.trace(A[0:6, :]) + np.argmax(v)
+    e = A.sum(axis=1)[0] + np.prod(A * 0.2 + 0.9, axis=0) + np.count_nonzero(A > 0.5, axis=0) + np.ptp(A, axis=0)
+    return c + d + e + np.round(A * 100.0) + np.any(A > 0.99, axis=0)
+
+
 def _complex(g, *shape):
     return g.random(shape) + 1j * g.random(shape)
 
@@ -97,6 +114,8 @@ ROUND2 = {p.name: p for p in [
             _pair_differences, (("N", 13),)),
     Program("standard_scores", standard_scores, lambda g: {"A": g.standard_normal((11, 5))}, _standard_scores,
             (("N", 11),)),
+    Program("array_functions", array_functions, lambda g: {"A": g.random((9, 6)), "v": g.random(6)},
+            _array_functions, (("N", 9),)),
     Program("short_matvec", short_matvec, lambda g: {"A": g.random((3, 2)), "p": g.random(2)}, lambda A, p: A @ p),
     Program("short_vecmat", short_vecmat, lambda g: {"r": g.random(2), "A": g.random((2, 3))}, lambda r, A: r @ A),
 ]}

@@ -125,3 +125,25 @@ def boolean_diff(a: dace.bool[N]):
 def test_untranslated_array_forms_are_refused_by_name(prog, words):
     with pytest.raises(DaceSyntaxError, match=words):
         prog.to_sdfg()
+
+
+@dace.program
+def nan_to_zero(a: dace.float64[N]):
+    return np.where(np.isnan(a), 0.0, a) + np.isinf(a) * 1.0 + np.isfinite(a) * 2.0
+
+
+def test_special_value_tests_detected():
+    from distsdfg.dace_compat.build import tests_special_values
+    assert tests_special_values(nan_to_zero.to_sdfg())
+    assert not tests_special_values(statistics.to_sdfg())
+
+
+def test_isnan_is_not_folded_away_by_fast_math():
+    """-ffast-math (DaCe's default) lets GCC fold isnan/isinf to False: NaNs stayed, silently."""
+    sdfg = nan_to_zero.to_sdfg()
+    distsdfg.lower(sdfg, distsdfg.auto_schedule(sdfg, 1, N=5))
+    program = distsdfg.compile(sdfg)
+    a = np.array([1.0, np.nan, 3.0, -np.inf, np.inf])
+    out = program(a=a, N=5)
+    np.testing.assert_array_equal(out, np.where(np.isnan(a), 0.0, a) + np.isinf(a) * 1.0 + np.isfinite(a) * 2.0)
+    assert "-fno-finite-math-only" not in dace.Config.get("compiler", "cpu", "args")   # only for that build

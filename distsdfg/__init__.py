@@ -2,6 +2,8 @@
 from .errors import *  # noqa: F401,F403
 from .lowering import blas as _blas
 from .dace_compat.slices import keep_slice_dimensions as _keep_slice_dimensions
+from .dace_compat.npfuncs import numpy_functions as _numpy_functions
+from .dace_compat.nparrays import numpy_array_functions as _numpy_array_functions
 from .dace_compat.pyops import python_division as _python_division, sum_of_booleans_counts as _sum_of_booleans_counts
 from .lowering.blas import NoBlasWarning
 from .values.schedule import Schedule
@@ -25,5 +27,7 @@ __version__ = "0.1.0"
 
 _blas.configure()     # DaCe's BLAS nodes use OpenBLAS or MKL in every process that imports distsdfg
 _keep_slice_dimensions()   # A[:, 0:1] keeps its dimension in the programs parsed after this (NumPy's shape)
+_numpy_functions()         # np.clip, np.var, np.std, np.linalg.norm, np.prod, ... are maps and reductions, not callbacks
+_numpy_array_functions()   # and np.matmul, np.outer, np.diag, np.trace, np.tril, np.cumsum, np.diff, argmax, ...
 _python_division()         # a // b and a % b in tasklets with Python's (NumPy's) signs, not C's
-_sum_of_booleans_counts()  # np.sum of a bool array counts (int64), as in NumPy
+_sum_of_booleans_counts()  # np.sum of a bool array (also a.sum(axis=...)) counts (int64), as in NumPy

@@ -7,6 +7,7 @@ the package's DaCe adapter.
 from __future__ import annotations
 
 import contextlib
+import re
 import os
 from typing import List, Optional
 
@@ -257,17 +258,43 @@ BUILD_TYPE = "Release"
 
 
 @contextlib.contextmanager
-def release_build():
+def release_build(sdfg: Optional[SDFG] = None):
     """Build with ``-O3`` (``compiler.build_type = Release``) unless the user chose a build type
-    other than DaCe's default (``DISTSDFG_BUILD_TYPE`` overrides); restored afterwards."""
+    other than DaCe's default (``DISTSDFG_BUILD_TYPE`` overrides); restored afterwards.
+
+    DaCe 1.0.2 compiles with ``-ffast-math``, which lets the compiler assume there is no NaN or
+    infinity: ``np.isnan(x)`` and ``np.isinf(x)`` fold to False, so ``np.where(np.isnan(a), 0.0, a)``
+    leaves every NaN in place, silently (with DaCe alone too). A program whose tasklets test for them
+    (``tests_special_values``) is built with ``-fno-finite-math-only`` added; the rest of
+    ``-ffast-math`` stays. Only those programs: the finite-math assumption is what lets GCC call the
+    vector ``exp`` of glibc, 2-3x faster element-wise chains."""
     from dace.config import Config
     old = Config.get("compiler", "build_type")
     want = os.environ.get("DISTSDFG_BUILD_TYPE") or (BUILD_TYPE if old == "RelWithDebInfo" else old)
+    args = Config.get("compiler", "cpu", "args") or ""
+    special = (sdfg is not None and "-ffast-math" in args.split() and "-fno-finite-math-only" not in args.split()
+               and tests_special_values(sdfg))
     Config.set("compiler", "build_type", value=want)
+    if special:
+        Config.set("compiler", "cpu", "args", value=f"{args} -fno-finite-math-only")
     try:
         yield want
     finally:
         Config.set("compiler", "build_type", value=old)
+        if special:
+            Config.set("compiler", "cpu", "args", value=args)
+
+
+#: Tasklet calls that test for NaN or infinity, which ``-ffast-math``'s finite-math assumption folds to False.
+SPECIAL_VALUE_TESTS = re.compile(r"\b(isnan|isinf|isfinite)\b")
+
+
+def tests_special_values(sdfg: SDFG) -> bool:
+    """Whether a tasklet of ``sdfg`` (nested ones included) calls ``isnan``, ``isinf`` or ``isfinite``."""
+    for node, _ in sdfg.all_nodes_recursive():
+        if isinstance(node, nodes.Tasklet) and SPECIAL_VALUE_TESTS.search(node.code.as_string or ""):
+            return True
+    return False
 
 
 #: The Reduce implementation ``distsdfg.lowering.optimize`` gives plain reductions (``sequential_reduce``).

@@ -73,18 +73,18 @@ def validate_frontend(source: str, original: str) -> None:
 
 
 def _refuse_callbacks(sdfg: SDFG) -> None:
-    """A call DaCe 1.0.2 does not translate (``np.clip``, ``np.std``, ``np.linalg.norm``) becomes a
-    Python callback, an argument of the SDFG that the compiled program cannot be given: refused by
-    name (it used to surface as a missing "size symbol" at the first call)."""
+    """A call neither DaCe 1.0.2 nor ``dace_compat.npfuncs``/``nparrays`` translates (``np.sort``,
+    ``np.median``) becomes a Python callback, an argument of the SDFG that the compiled program cannot
+    be given: refused by name (it used to surface as a missing "size symbol" at the first call)."""
     from ..errors import UnsupportedProgramError
     calls = sorted(name for name, t in sdfg.symbols.items() if isinstance(t, dace.dtypes.callback))
     if calls:
         names = ", ".join(f"`{c}`" for c in calls)
         raise UnsupportedProgramError(
             f"`{sdfg.name}` calls {names}, which DaCe 1.0.2 does not translate: it leaves each a Python callback, "
-            f"which a distributed program cannot call; write it with the NumPy DaCe translates (e.g. np.clip(a, lo, "
-            f"hi) as np.minimum(np.maximum(a, lo), hi), np.var(a) as np.mean((a - np.mean(a)) ** 2), np.std as its "
-            f"np.sqrt, np.linalg.norm(x) as np.sqrt(np.sum(x * x)))")
+            f"which a distributed program cannot call; write it with the NumPy DaCe translates (element-wise "
+            f"operations, reductions, @, np.einsum, and the functions listed in docs/writing-programs.md), "
+            f"or compute it before or after the call")
 
 
 def validate_lowered(sdfg: SDFG, original: str, schedule: Schedule) -> None:

@@ -91,7 +91,7 @@ def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
     on the next run rather than loaded half-made; builders of one folder take turns (``build_lock``).
     """
     t0 = time.time()
-    with build_lock(sdfg.build_folder), dc.release_build():
+    with build_lock(sdfg.build_folder), dc.release_build(sdfg):
         if getattr(getattr(sdfg, "_distsdfg", None), "target", "cpu") == "gpu":
             with build_settings(sdfg.build_folder):
                 return _build(sdfg, verbose, rebuild, t0)

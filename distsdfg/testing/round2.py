@@ -12,6 +12,12 @@ call passes the caller's number as one, so it runs like its array form (``comple
 ``pair_differences`` (an n-body acceleration as NumPy users write it, ``x = pos[:, 0:1]``,
 ``x.T - x``): DaCe 1.0.2's parser squeezed the slice ``0:1`` like an index, so ``x.T - x`` was
 ``(N,) - (N,)``, all zeros, with DaCe alone too (``dace_compat.slices``).
+
+``standard_scores`` (column z-scores clipped, scaled by a norm): ``np.std``, ``np.var``, ``np.clip``
+and ``np.linalg.norm`` were Python callbacks in DaCe 1.0.2, refused by ``lower``; they are maps and
+reductions since ``dace_compat.npfuncs``. ``array_functions``: ``np.cumsum``, ``np.diff``, ``np.tril``,
+``np.outer``, ``np.trace``, ``np.argmax``, ``a.sum(axis=1)``, ``np.prod``, ``np.any``, ``np.count_nonzero``,
+``np.ptp``, ``np.round`` were callbacks or refused (``dace_compat.nparrays``, ``dace_compat.npfuncs``).
 """
 import dace
 import numpy as np
@@ -65,6 +71,33 @@ def complex_factor(H: dace.complex128[5, 5], s: dace.complex128[1]):
     return H * s[0]
 
 
+@dace.program
+def standard_scores(A: dace.float64[N, 5]):
+    z = (A - np.mean(A, axis=0)) / np.std(A, axis=0)
+    r = np.clip(z, -1.2, 1.2)
+    return r / np.linalg.norm(r) + np.var(A, axis=1)[0] + np.linalg.norm(A[0], np.inf)
+
+
+def _standard_scores(A):
+    r = np.clip((A - np.mean(A, axis=0)) / np.std(A, axis=0), -1.2, 1.2)
+    return r / np.linalg.norm(r) + np.var(A, axis=1)[0] + np.linalg.norm(A[0], np.inf)
+
+
+@dace.program
+def array_functions(A: dace.float64[N, 6], v: dace.float64[6]):
+    c = np.cumsum(A, axis=1) + np.cumsum(A, axis=0) * 0.5 + np.tril(A) - np.triu(A, 2)
+    d = np.diff(A, axis=1)[:, 0:1] + np.outer(A[:, 0], v) + np.trace(A[0:6, :]) + np.argmax(v)
+    e = A.sum(axis=1)[0] + np.prod(A * 0.2 + 0.9, axis=0) + np.count_nonzero(A > 0.5, axis=0) + np.ptp(A, axis=0)
+    return c + d + e + np.round(A * 100.0) + np.any(A > 0.99, axis=0)
+
+
+def _array_functions(A, v):
+    c = np.cumsum(A, axis=1) + np.cumsum(A, axis=0) * 0.5 + np.tril(A) - np.triu(A, 2)
+    d = np.diff(A, axis=1)[:, 0:1] + np.outer(A[:, 0], v) + np.trace(A[0:6, :]) + np.argmax(v)
+    e = A.sum(axis=1)[0] + np.prod(A * 0.2 + 0.9, axis=0) + np.count_nonzero(A > 0.5, axis=0) + np.ptp(A, axis=0)
+    return c + d + e + np.round(A * 100.0) + np.any(A > 0.99, axis=0)
+
+
 def _complex(g, *shape):
     return g.random(shape) + 1j * g.random(shape)
 
@@ -79,6 +112,10 @@ ROUND2 = {p.name: p for p in [
             lambda H, s: H * s),
     Program("pair_differences", pair_differences, lambda g: {"pos": g.random((13, 3)), "mass": g.random(13) + 0.5},
             _pair_differences, (("N", 13),)),
+    Program("standard_scores", standard_scores, lambda g: {"A": g.standard_normal((11, 5))}, _standard_scores,
+            (("N", 11),)),
+    Program("array_functions", array_functions, lambda g: {"A": g.random((9, 6)), "v": g.random(6)},
+            _array_functions, (("N", 9),)),
     Program("short_matvec", short_matvec, lambda g: {"A": g.random((3, 2)), "p": g.random(2)}, lambda A, p: A @ p),
     Program("short_vecmat", short_vecmat, lambda g: {"r": g.random(2), "A": g.random((2, 3))}, lambda r, A: r @ A),
 ]}

@@ -212,17 +212,19 @@ def _arg(func: str):
                     total = total * n
                 a = nest(replacements.reshape)(a, (total,))
             axis = 0
-        ax = _axes(pv, len(sdfg.arrays[a].shape), axis, f"np.arg{func}")[0]
-        if len(sdfg.arrays[a].shape) > 1:
-            return nest, nest(replacements._argminmax)(a, ax, func=func, result_type=dtypes.int64)
-        # DaCe's _argminmax cannot reduce a vector to one index: the extreme value, then the least index
-        # holding it (NumPy's first occurrence), two reductions that split like any other
-        n = sdfg.arrays[a].shape[0]
-        best = nest(replacements._max if func == "max" else replacements._min)(a)
-        name, _ = sdfg.add_temp_transient((n,), dtypes.int64, sdfg.arrays[a].storage)
-        _new_map(nest, sdfg, f"arg{func}_candidates", (n,), {"__a": (a, "__i0"), "__m": (best, "0")},
-                 f"__out = __i0 if __a == __m else {n}", name, "__i0")
-        return nest, nest(replacements._min)(name)
+        desc = sdfg.arrays[a]
+        nd = len(desc.shape)
+        ax = _axes(pv, nd, axis, f"np.arg{func}")[0]
+        # The extreme value along the axis, then the least index holding it (NumPy's first occurrence):
+        # two plain reductions that split like any other (DaCe's own argmax reduces value-index pairs,
+        # which cannot be sent between ranks, and cannot reduce a vector at all)
+        kept = ", ".join(f"__i{d}" for d in range(nd) if d != ax) or "0"
+        best = nest(replacements._max if func == "max" else replacements._min)(a, axis=None if nd == 1 else ax)
+        name, _ = sdfg.add_temp_transient(desc.shape, dtypes.int64, desc.storage)
+        here = ", ".join(f"__i{d}" for d in range(nd))
+        _new_map(nest, sdfg, f"arg{func}_candidates", desc.shape, {"__a": (a, here), "__m": (best, kept)},
+                 f"__out = __i{ax} if __a == __m else {desc.shape[ax]}", name, here)
+        return nest, nest(replacements._min)(name, axis=None if nd == 1 else ax)
     return arg
 
 

@@ -86,14 +86,14 @@ def _standard_scores(A):
 @dace.program
 def array_functions(A: dace.float64[N, 6], v: dace.float64[6]):
     c = np.cumsum(A, axis=1) + np.cumsum(A, axis=0) * 0.5 + np.tril(A) - np.triu(A, 2)
-    d = np.diff(A, axis=1)[:, 0:1] + np.outer(A[:, 0], v) + np.trace(A[0:6, :]) + np.argmax(v)
+    d = np.diff(A, axis=1)[:, 0:1] + np.outer(A[:, 0], v) + np.trace(A[0:6, :]) + np.argmax(v) + np.argmin(A, axis=0)
     e = A.sum(axis=1)[0] + np.prod(A * 0.2 + 0.9, axis=0) + np.count_nonzero(A > 0.5, axis=0) + np.ptp(A, axis=0)
     return c + d + e + np.round(A * 100.0) + np.any(A > 0.99, axis=0)
 
 
 def _array_functions(A, v):
     c = np.cumsum(A, axis=1) + np.cumsum(A, axis=0) * 0.5 + np.tril(A) - np.triu(A, 2)
-    d = np.diff(A, axis=1)[:, 0:1] + np.outer(A[:, 0], v) + np.trace(A[0:6, :]) + np.argmax(v)
+    d = np.diff(A, axis=1)[:, 0:1] + np.outer(A[:, 0], v) + np.trace(A[0:6, :]) + np.argmax(v) + np.argmin(A, axis=0)
     e = A.sum(axis=1)[0] + np.prod(A * 0.2 + 0.9, axis=0) + np.count_nonzero(A > 0.5, axis=0) + np.ptp(A, axis=0)
     return c + d + e + np.round(A * 100.0) + np.any(A > 0.99, axis=0)
 

@@ -141,13 +141,14 @@ def test_permute_of_permute_reads_the_first_source():
 
 
 def test_unsupported_operator_names_op_and_source_line():
-    class Cum(nn.Module):
+    class NaNs(nn.Module):
         def forward(self, x):
-            return torch.cumprod(x, dim=0) + 1.0
+            return torch.where(torch.isnan(x), 0.0, x) + 1.0
     with pytest.raises(UnsupportedOpError) as info:
-        distsdfg.from_torch(Cum(), (torch.randn(4, 3),))
+        distsdfg.from_torch(NaNs(), (torch.randn(4, 3),))
     msg = str(info.value)
-    assert "aten.cumprod" in msg and "test_torch.py" in msg and "torch.cumprod(x, dim=0)" in msg
+    assert "aten.isnan" in msg and "test_torch.py" in msg and "torch.isnan(x)" in msg
+    assert "-ffast-math" in msg          # why: a NaN test would be folded away, not answered
 
 
 def test_program_interface():
@@ -479,3 +480,25 @@ def test_index_inputs_are_checked():
     ignored = cls.clone()
     ignored[0] = -100                                # cross-entropy's ignore_index is allowed
     prog.arguments(x, tok, ignored, target)
+
+
+def test_float_input_reaching_a_computed_index_is_not_bounded():
+    """hT's sweep: a top-1 gate gathers its probabilities at their ``argmax``; the chain from ``gather``'s
+    index back to the inputs passes a floating tensor, so ``x`` is no index (it was refused as one:
+    "input `x` holds -0.77 ... indexes 3 rows"). Also in the training step (``scatter_add``, the backward)."""
+    class Gate(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = nn.Linear(4, 3)
+
+        def forward(self, x, tok):
+            p = torch.softmax(self.gate(x), -1)
+            return torch.gather(p, 1, p.argmax(-1, keepdim=True)) + torch.gather(p, 1, tok)
+    torch.manual_seed(0)
+    m, x, tok = Gate(), torch.randn(5, 4), torch.randint(0, 3, (5, 1))
+    prog = distsdfg.from_torch(m, (x, tok))
+    assert prog.bounds == {"tok": (3, ())}
+    prog.arguments(x, tok)
+    step = distsdfg.from_torch_train_step(m, F.mse_loss, torch.optim.SGD(m.parameters(), lr=0.1), (x, tok),
+                                          torch.randn(5, 1))
+    assert set(step.bounds) == {"tok"}

@@ -382,6 +382,7 @@ def _check_distributed(r, case):
 #: hR's small CNN (``torch_run.cnn``, data-parallel: the batch of 8 split 4 ways).
 TIED, CAUSAL = "tied:train-sgd:zero2:distributed", "causal:train-sgd:zero2:distributed"
 FRESH, CNN = "fresh:train-adam:zero2:distributed", "cnn:train-adam:batch:distributed"
+CONVS = "convs:train-sgd:batch"
 
 
 @pytest.fixture(scope="module")
@@ -389,7 +390,7 @@ def gpt_input_side(tmp_path_factory):
     """Both cases' results, checked against PyTorch and their measured bytes against comm_report."""
     out = tmp_path_factory.mktemp("gpt_input") / "out.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
-    cmd = counted_argv(4, ["-m", "distsdfg.testing.torch_run", str(out), TIED, CAUSAL, FRESH, CNN],
+    cmd = counted_argv(4, ["-m", "distsdfg.testing.torch_run", str(out), TIED, CAUSAL, FRESH, CNN, CONVS],
                         timeout=1500)
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -502,3 +503,19 @@ def test_float_input_reaching_a_computed_index_is_not_bounded():
     step = distsdfg.from_torch_train_step(m, F.mse_loss, torch.optim.SGD(m.parameters(), lr=0.1), (x, tok),
                                           torch.randn(5, 1))
     assert set(step.bounds) == {"tok"}
+
+
+def test_grouped_and_transposed_convolutions_data_parallel(gpt_input_side):
+    """hT: a depthwise convolution, a grouped transposed one and a 1x1 convolution to one channel (whose
+    input gradient is an outer product), SGD with momentum, data-parallel on 4 ranks in root placement:
+    three steps match PyTorch's (the fixture), and the kernels of the new forms, forward and backward,
+    are split by the batch; none of their activations moves."""
+    r = gpt_input_side[CONVS]
+    assert len(r["losses"]) == 3 and r["losses"][2] < r["losses"][0], r["losses"]
+    kernels = ("convolution_1", "convolution_1_col", "convolution_2", "convolution_2_g", "convolution_backward_dx_dcol",
+               "convolution_backward_1_dx", "convolution_backward_1_dx_col", "convolution_backward_2_dx",
+               "convolution_backward_2_dx_g", "convolution_backward_2_col")
+    assert all(r["schedule"][k][0] == 4 and math.prod(r["schedule"][k]) == 4 for k in kernels), r["schedule"]
+    moved = [s["array"] for s in r["report"] if s["array"].startswith("v_convolution") and sum(s["sent"])]
+    activations = [a for a in moved if a.endswith(("_col", "_dx", "_dcol", "_g")) or a[2:] in kernels[:4]]
+    assert not activations, moved

@@ -194,10 +194,11 @@ def _scatter(em, name, g: Val, w: Val, b, shape, geom) -> Val:
 
 
 def _weight_grad(em, name, g: Val, x: Val, ksize, geom) -> Val:
-    """``dw[a, b, k] = sum over n, o of g[n, a, o] * x[n, b, s*o + d*k - p]`` as ``(A, B * prod(k))``: a
-    contraction over the batch (a data-parallel schedule reduces it like any weight gradient)."""
+    """``dw[a, b, k] = sum over n, o of g[n, a, o] * x[n, b, s*o + d*k - p]`` as ``(A, B * prod(k))``
+    (``name + "_dw"``): a contraction over the batch (a data-parallel schedule reduces it like any weight
+    gradient)."""
     col = unfold(em, name + "_col", x, tuple(g.shape[2:]), ksize, *geom)
-    return matmul_line(em, name, _rows(em, name + "_gt", g, True), col, (g.shape[1], col.shape[1]))
+    return matmul_line(em, name + "_dw", _rows(em, name + "_gt", g, True), col, (g.shape[1], col.shape[1]))
 
 
 def convolution(em, name, meta, args, kwargs):
@@ -228,7 +229,7 @@ def convolution_backward(em, name, meta, args, kwargs):
     if mask[0]:
         dx = (_correlate if transposed else _scatter)(em, name + "_dx", dy, w, None, x.shape, geom)
     if mask[1]:
-        dw = _weight_grad(em, name + "_dw", *((x, dy) if transposed else (dy, x)), ksize, geom)
+        dw = _weight_grad(em, name, *((x, dy) if transposed else (dy, x)), ksize, geom)
         dw = reshape_line(em, name + "_dw_v", dw, tuple(w.shape))
         if groups > 1:
             dw = _group_blocks(em, name + "_dw_g", dw, w_shape, groups)

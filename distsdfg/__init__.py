@@ -2,6 +2,7 @@
 from .errors import *  # noqa: F401,F403
 from .lowering import blas as _blas
 from .dace_compat.slices import keep_slice_dimensions as _keep_slice_dimensions
+from .dace_compat.tasklet_index import index_by_connector_dims as _index_by_connector_dims
 from .lowering.blas import NoBlasWarning
 from .values.schedule import Schedule
 from .analysis.kernels import MapInfo
@@ -24,3 +25,4 @@ __version__ = "0.1.0"
 
 _blas.configure()     # DaCe's BLAS nodes use OpenBLAS or MKL in every process that imports distsdfg
 _keep_slice_dimensions()   # A[:, 0:1] keeps its dimension in the programs parsed after this (NumPy's shape)
+_index_by_connector_dims()  # a tasklet's _w[p, q] on a plane of a (N, 1, H, W) array keeps both indices

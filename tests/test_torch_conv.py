@@ -166,3 +166,26 @@ def test_rmsprop_and_adagrad_match_pytorch(kind):
             if st != "step":
                 errs[f"{k}:{st}"] = _rel(state[k][st].numpy(), want.numpy())
     assert len(errs) > 4 and all(e <= 1e-10 for e in errs.values()), errs
+
+
+def test_one_channel_pool_backward_builds():
+    """hT: the backward of a pool over a one-channel activation reads the gradient's plane of a
+    ``(N, 1, H, W)`` array (``_w[p, q]``); DaCe 1.0.2's code generator dropped ``q`` there (it counts the
+    indices against the array's leading dims, one of which is 1: "Invalid number of dimensions in
+    expression") until ``dace_compat.tasklet_index``. One float64 SGD step against PyTorch."""
+    torch.manual_seed(9)
+    model = nn.Sequential(nn.Conv2d(2, 1, 1), nn.AvgPool2d(2), nn.Flatten(), nn.Linear(4, 2)).double()
+    g = torch.Generator().manual_seed(14)
+    x, y = torch.randn(3, 2, 4, 4, generator=g).double(), torch.randint(0, 2, (3,), generator=g)
+    prog = distsdfg.from_torch_train_step(model, nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=0.5),
+                                          (x,), y)
+    ref = copy.deepcopy(model)
+    args = prog.arguments(x, y)
+    prog.sdfg(**args)
+    nn.CrossEntropyLoss()(ref(x), y).backward()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p -= 0.5 * p.grad
+    got = prog.state_dict(args)
+    errs = {k: _rel(got[k].numpy(), v.detach().numpy()) for k, v in ref.state_dict().items()}
+    assert len(errs) == 4 and all(e <= 1e-10 for e in errs.values()), errs

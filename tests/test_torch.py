@@ -382,7 +382,7 @@ def _check_distributed(r, case):
 #: hR's small CNN (``torch_run.cnn``, data-parallel: the batch of 8 split 4 ways).
 TIED, CAUSAL = "tied:train-sgd:zero2:distributed", "causal:train-sgd:zero2:distributed"
 FRESH, CNN = "fresh:train-adam:zero2:distributed", "cnn:train-adam:batch:distributed"
-CONVS = "convs:train-sgd:batch"
+CONVS = "convs:train-sgd:batch:distributed"
 
 
 @pytest.fixture(scope="module")
@@ -507,7 +507,7 @@ def test_float_input_reaching_a_computed_index_is_not_bounded():
 
 def test_grouped_and_transposed_convolutions_data_parallel(gpt_input_side):
     """hT: a depthwise convolution, a grouped transposed one and a 1x1 convolution to one channel (whose
-    input gradient is an outer product), SGD with momentum, data-parallel on 4 ranks in root placement:
+    input gradient is an outer product), SGD with momentum, data-parallel on 4 ranks in distributed placement:
     three steps match PyTorch's (the fixture), and the kernels of the new forms, forward and backward,
     are split by the batch; none of their activations moves."""
     r = gpt_input_side[CONVS]

@@ -1,7 +1,8 @@
 """PyTorch frontend (hR): convolution, pooling, index reductions, scans, flips, norms, against PyTorch.
 
 On one process: a float32 forward with one output per operator (relative error at most 1e-5),
-three float64 SGD steps of a model that runs the backward of each, batch norm's running statistics
+three float64 SGD steps of a model that runs the backward of each (hT: grouped, depthwise, transposed and
+one-channel convolutions, cumprod, prod with zeros, xlogy, gather), batch norm's running statistics
 included (parameters, buffers and losses to 1e-10), and RMSprop and Adagrad (one program each). The data-parallel CNN on 4 ranks is in
 ``test_torch.py``'s GPT-input launch (``cnn:train-sgd:batch``).
 """
@@ -27,7 +28,10 @@ class Ops(nn.Module):
     OPS = ["conv2d_padded_strided", "conv1d_dilated", "conv2d_no_bias", "max_pool2d", "max_pool2d_padded",
            "avg_pool2d", "avg_pool2d_padded", "argmax", "argmax_all", "max_dim_values", "max_dim_indices",
            "min_dim_keepdim", "argmin", "cumsum_last", "cumsum_first", "prod", "prod_all", "flip", "roll", "roll_flat",
-           "normalize", "norm_1", "norm_inf", "group_norm", "batch_norm_batch_stats"]
+           "normalize", "norm_1", "norm_inf", "group_norm", "batch_norm_batch_stats",
+           # hT: grouped / depthwise / transposed / 1x1 convolutions, cumprod, a product of one term, xlogy
+           "conv2d_depthwise", "conv1d_grouped", "conv_transpose2d", "conv_transpose2d_grouped", "conv2d_1x1",
+           "cumprod", "prod_of_one", "kl_div"]
 
     def __init__(self):
         super().__init__()
@@ -38,6 +42,11 @@ class Ops(nn.Module):
         with torch.no_grad():
             self.gn.weight.uniform_(0.5, 1.5)
             self.gn.bias.uniform_(-0.5, 0.5)
+        self.dw = nn.Conv2d(3, 6, 3, padding=1, stride=(1, 2), groups=3)          # two filters per channel
+        self.g1 = nn.Conv1d(3, 6, 2, groups=3, dilation=3, bias=False)
+        self.t2 = nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1, output_padding=1)
+        self.tg = nn.ConvTranspose2d(3, 6, (2, 3), stride=(2, 1), groups=3, dilation=(1, 2))
+        self.p1 = nn.Conv2d(3, 1, 1)
 
     def forward(self, img, seq, a):
         vals, idx = a.max(dim=1)
@@ -49,7 +58,9 @@ class Ops(nn.Module):
                 a.prod(dim=1, keepdim=True), (a * 0.5 + 1.0).prod(), a.flip(0, 1) * 1.0, a.roll(2, 1) * 1.0,
                 a.roll(-3) * 1.0, F.normalize(a, dim=1), torch.linalg.vector_norm(a, 1, dim=0),
                 torch.linalg.vector_norm(a, float("inf")), self.gn(h),
-                F.batch_norm(h, None, None, self.gn.weight, self.gn.bias, training=True))
+                F.batch_norm(h, None, None, self.gn.weight, self.gn.bias, training=True),
+                self.dw(img), self.g1(seq), self.t2(img), self.tg(img), self.p1(img), a.cumprod(1),
+                a[:, :1].prod(1), F.kl_div(F.log_softmax(a, 1), F.relu(a).softmax(0) * (a > 0), reduction="batchmean"))
 
 
 def test_operators_match_pytorch():
@@ -81,15 +92,24 @@ class TrainNet(nn.Module):
         self.c3 = nn.Conv2d(4, 4, 2)
         self.gn = nn.GroupNorm(2, 4)
         self.bn = nn.BatchNorm2d(4)          # training mode: batch statistics, running statistics updated
-        self.fc = nn.Linear(8, 3)
+        self.dw = nn.Conv2d(4, 4, 3, padding=1, groups=4)                        # hT: depthwise
+        self.tr = nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.pw = nn.Conv2d(2, 1, 1)         # one output channel: its input gradient is an outer product
+        self.fc = nn.Linear(12, 3)
 
     def forward(self, x, s):
         h = torch.relu(self.c2(x))
+        u = self.pw(self.tr(torch.tanh(self.dw(h)))).mean((1, 2, 3))               # (N,)
         h = F.max_pool2d(self.gn(h), 3, stride=1, padding=1) + F.avg_pool2d(self.bn(h), 3, stride=1, padding=1)
         h = torch.relu(self.c3(h)).flip(3).roll(1, 2)                  # (N, 4, 3, 2)
         t = self.c1(s).cumsum(2)                                        # (N, 3, 9)
         z = torch.cat([h.mean((2, 3)), F.normalize(t.mean(2), dim=1) + t.amax(2).max(1, keepdim=True).values], 1)
-        return self.fc(torch.cat([z, t.mean((1, 2))[:, None]], 1)[:, :8])
+        r = F.relu(t.mean(2))                                           # zeros: prod's and xlogy's zero cases
+        c = torch.sigmoid(t.amin(2)).cumprod(1)[:, 1:]
+        m = t.mean(2)
+        g = torch.gather(m, 1, torch.stack([m.argmax(1), m.argmin(1)], 1))            # backward: scatter_add
+        e = torch.cat([u[:, None] + g[:, :1] * g[:, 1:], c, (r.prod(1) + torch.xlogy(r, r).sum(1))[:, None]], 1)
+        return self.fc(torch.cat([z, t.mean((1, 2))[:, None], e], 1)[:, :12])
 
 
 def test_training_step_matches_pytorch_float64():
@@ -112,6 +132,9 @@ def test_training_step_matches_pytorch_float64():
         assert abs(loss - rl.item()) <= 1e-10 * abs(rl.item())
     got = prog.state_dict(args)
     errs = {k: _rel(got[k].numpy(), v.detach().numpy()) for k, v in ref.state_dict().items()}
+    moved = {k: _rel(got[k].numpy(), v.detach().numpy()) for k, v in model.state_dict().items()
+             if k.startswith(("dw.", "tr."))}
+    assert len(moved) == 4 and min(moved.values()) > 1e-6, moved       # the grouped weights were trained
     assert "bn.running_var" in errs and all(e <= 1e-10 for e in errs.values()), errs
 
 
@@ -143,3 +166,26 @@ def test_rmsprop_and_adagrad_match_pytorch(kind):
             if st != "step":
                 errs[f"{k}:{st}"] = _rel(state[k][st].numpy(), want.numpy())
     assert len(errs) > 4 and all(e <= 1e-10 for e in errs.values()), errs
+
+
+def test_one_channel_pool_backward_builds():
+    """hT: the backward of a pool over a one-channel activation reads the gradient's plane of a
+    ``(N, 1, H, W)`` array (``_w[p, q]``); DaCe 1.0.2's code generator dropped ``q`` there (it counts the
+    indices against the array's leading dims, one of which is 1: "Invalid number of dimensions in
+    expression") until ``dace_compat.tasklet_index``. One float64 SGD step against PyTorch."""
+    torch.manual_seed(9)
+    model = nn.Sequential(nn.Conv2d(2, 1, 1), nn.AvgPool2d(2), nn.Flatten(), nn.Linear(4, 2)).double()
+    g = torch.Generator().manual_seed(14)
+    x, y = torch.randn(3, 2, 4, 4, generator=g).double(), torch.randint(0, 2, (3,), generator=g)
+    prog = distsdfg.from_torch_train_step(model, nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=0.5),
+                                          (x,), y)
+    ref = copy.deepcopy(model)
+    args = prog.arguments(x, y)
+    prog.sdfg(**args)
+    nn.CrossEntropyLoss()(ref(x), y).backward()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p -= 0.5 * p.grad
+    got = prog.state_dict(args)
+    errs = {k: _rel(got[k].numpy(), v.detach().numpy()) for k, v in ref.state_dict().items()}
+    assert len(errs) == 4 and all(e <= 1e-10 for e in errs.values()), errs

@@ -1,5 +1,7 @@
 """Decompositions the PyTorch frontend adds to ``torch.export.default_decompositions()``.
 
+``xlogy`` (``F.kl_div``) without its NaN test: see ``_xlogy``.
+
 PyTorch's CPU ``F.scaled_dot_product_attention`` runs a fused kernel whose backward
 (``aten._scaled_dot_product_flash_attention_for_cpu_backward``) has no decomposition of its
 own. Here it is written in core operators: the attention probabilities are recomputed from
@@ -28,7 +30,7 @@ def export_decompositions() -> dict:
     for name in KEPT:
         for overload in getattr(torch.ops.aten, name).overloads():
             table.pop(getattr(getattr(torch.ops.aten, name), overload), None)
-    return table
+    return _with_own(table)
 
 
 def _sdpa_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None,
@@ -58,6 +60,21 @@ def _sdpa_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, i
     grad_query = torch.matmul(grad_scores, key) * scale
     grad_key = torch.matmul(grad_scores.transpose(-2, -1), query) * scale
     return grad_query, grad_key, grad_value
+
+
+def _xlogy(x, y):
+    """``x * log(y)``, zero where ``x`` is zero (``F.kl_div``, ``nn.KLDivLoss``). PyTorch's decomposition also
+    tests ``isnan(y)``, which the generated code (compiled with ``-ffast-math``) cannot answer; without it,
+    only a NaN ``y`` where ``x`` is zero differs (zero here, NaN in PyTorch)."""
+    import torch
+    return torch.where(x == 0, torch.zeros_like(x * y), x * torch.log(y))
+
+
+def _with_own(table: dict) -> dict:
+    """``table`` with ``_xlogy`` for ``aten.xlogy.Tensor`` (its scalar overloads decompose into it)."""
+    import torch
+    table[torch.ops.aten.xlogy.Tensor] = _xlogy
+    return table
 
 
 def train_decompositions() -> dict:

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import DistributedLoweringError
 
 __all__ = ["UnsupportedOpError", "Val", "Emitter", "dace_type", "literal", "broadcast_index", "norm_dims", "map_params",
-           "replace_token", "reshape_line", "matmul_line", "reduce"]
+           "replace_token", "reshape_line", "matmul_line", "plane_read", "reduce"]
 
 
 class UnsupportedOpError(DistributedLoweringError):
@@ -203,6 +203,19 @@ def norm_dims(dims, ndim: int) -> Tuple[int, ...]:
     return tuple(sorted(d % ndim if ndim else 0 for d in dims))
 
 
+def plane_read(conn: str, arr: str, dims):
+    """A read of ``arr`` with, per dim, a fixed index (a string) or an extent read whole (an int):
+    ``((conn, arr, subset), at)`` where ``at(indexes)`` is the tasklet's access with one index per whole
+    dim. DaCe drops the dims of extent one from the connector, so ``at`` leaves their index out."""
+    subset = ", ".join(d if isinstance(d, str) else (f"0:{d}" if d > 1 else "0") for d in dims)
+    extents = [d for d in dims if not isinstance(d, str)]
+
+    def at(idx) -> str:
+        kept = [str(i) for i, n in zip(idx, extents) if n > 1]
+        return f"{conn}[{', '.join(kept)}]" if kept else conn
+    return (conn, arr, subset), at
+
+
 def reshape_line(em, name, src: Val, shape) -> Val:
     """A ``np.reshape`` view of the array ``src`` (``src`` itself when the shape is its own)."""
     if tuple(shape) == tuple(src.shape):
@@ -213,6 +226,11 @@ def reshape_line(em, name, src: Val, shape) -> Val:
 
 
 def matmul_line(em, name, a: Val, b: Val, shape) -> Val:
+    """``a @ b`` (a MatMul library node); a product of matrices over a contraction of length one is their
+    outer product, an element-wise map (DaCe 1.0.2's MatMul takes ``(m, 1) @ (1, n)`` for a dot product
+    and refuses it: a one-channel convolution's input gradient)."""
+    if len(a.shape) == 2 and len(b.shape) == 2 and a.shape[1] == 1 and a.shape[0] > 1 and b.shape[1] > 1:
+        return em.elementwise(name, shape, a.dtype, [a, b], "a0 * a1")
     a = em.materialize(a, name + "_a")
     b = em.materialize(b, name + "_b")
     out = em.fresh(name)

@@ -260,6 +260,9 @@ def _hint(key: str) -> str:
     if op in _RANDOM:
         return (": random numbers are not supported (e.g. nn.Dropout with p > 0 in training mode); call "
                 "module.eval() or use p=0")
+    if op in ("isnan", "isinf", "isfinite", "nan_to_num"):
+        return (": the generated code is compiled with -ffast-math (DaCe's compiler.cpu.args), under which a test "
+                "for NaN or infinity is folded to a constant, so it is refused rather than answered wrongly")
     return ""
 
 
@@ -276,8 +279,9 @@ def _op_key(node) -> str:
 def index_bounds(graph, names: Dict[object, str]) -> Dict[str, Tuple[int, Tuple[int, ...]]]:
     """Inputs that end up as indices: ``{argument: (rows, values allowed besides 0..rows-1)}``.
 
-    An index reaches an embedding or gather through any chain of operators; values an input is
-    compared against on the way (cross-entropy's ``ignore_index``) are allowed too."""
+    An index reaches an embedding or gather through any chain of operators on integer tensors (not through
+    a floating one: ``gather(p, 1, p.argmax(1))`` bounds no input); values an input is compared against on
+    the way (cross-entropy's ``ignore_index``) are allowed too."""
     torch = torch_module()
     out: Dict[str, Tuple[int, Tuple[int, ...]]] = {}
     for node in graph.nodes:
@@ -291,6 +295,9 @@ def index_bounds(graph, names: Dict[object, str]) -> Dict[str, Tuple[int, Tuple[
             if not isinstance(n, torch.fx.Node) or n in seen:
                 continue
             seen.add(n)
+            val = n.meta.get("val")
+            if isinstance(val, torch.Tensor) and (val.dtype.is_floating_point or val.dtype.is_complex):
+                continue
             if n.op == "placeholder" and n in names:
                 allowed = {int(u.args[1]) for u in n.users if _op_key(u) in ("aten.ne.Scalar", "aten.eq.Scalar")
                            and isinstance(u.args[1], int)}

@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-from .torch_emit import (UnsupportedOpError, Val, literal, map_params as _params, matmul_line, norm_dims, reduce,
-                         reshape_line)
+from .torch_emit import (UnsupportedOpError, Val, literal, map_params as _params, matmul_line, norm_dims, plane_read,
+                         reduce, reshape_line)
 
 __all__ = ["SCAN_EMITTERS"]
 
@@ -84,6 +84,31 @@ def _scatter_src(em, name, meta, args, kwargs):
     return out
 
 
+def _scatter_add(em, name, meta, args, kwargs):
+    """``scatter_add(self, dim, index, src)`` (``gather``'s backward) with ``index`` and ``src`` of one shape,
+    ``self``'s but along ``dim``: every output position adds the terms of its line whose index is its own
+    (a gather over the line in one tasklet; no accumulation through computed addresses)."""
+    shape, dtype = meta[0]
+    base, dim, index, src = args[0], args[1] % len(shape), args[2], args[3]
+    m = index.shape[dim]
+    if tuple(index.shape) != tuple(src.shape) or any(index.shape[d] != shape[d] for d in range(len(shape)) if d != dim):
+        raise UnsupportedOpError(f"scatter_add with an index of shape {index.shape} and src {src.shape} into "
+                                 f"{tuple(shape)} along dim {dim}: only an index of the output's shape but along dim")
+    if m > PROD_MAX_TERMS:
+        raise UnsupportedOpError(f"scatter_add of {m} terms per line: at most {PROD_MAX_TERMS} are supported")
+    line = [m if d == dim else f"i{d}" for d in range(len(shape))]
+    rt, at_t = plane_read("_t", em.materialize(index, name + "_idx").name, line)
+    rs, at_s = plane_read("_s", em.materialize(src, name + "_src").name, line)
+    reads, keep = [rt, rs], literal(base.const, dtype) if base.is_const else "_b"
+    if not base.is_const:
+        reads.append(("_b", em.materialize(base, name + "_self").name, ", ".join(_params(len(shape)))))
+    terms = [f"({at_s([j])} if {at_t([j])} == i{dim} else {literal(0, dtype)})" for j in range(m)]
+    out = em.empty(name, shape, dtype)
+    em.kernel(out.name[2:], shape, reads, [("_o", out.name, ", ".join(_params(len(shape))))],
+              "_o = " + " + ".join([keep, *terms]))
+    return out
+
+
 def _to_last(em, name, src: Val, dim: int) -> Val:
     """``src`` with ``dim`` moved last (a copy kernel; ``src`` itself when it is last already)."""
     nd = len(src.shape)
@@ -146,11 +171,32 @@ def _prod(em, name, meta, args, kwargs):
         raise UnsupportedOpError(f"prod over {n} elements: at most {PROD_MAX_TERMS} per line are supported")
     kept = tuple(1 if d == dim else s for d, s in enumerate(src.shape))
     out = em.empty(name, kept, dtype)
-    line = ", ".join(f"0:{n}" if d == dim else f"i{d}" for d in range(nd))
-    code = " * ".join(f"_w[{k}]" for k in range(n)) if n else literal(1, dtype)
-    em.kernel(out.name[2:], kept, [("_w", src.name, line)], [("_o", out.name, ", ".join(_params(nd)))],
+    read, at = plane_read("_w", src.name, [n if d == dim else f"i{d}" for d in range(nd)])
+    code = " * ".join(at([k]) for k in range(n)) if n else literal(1, dtype)
+    em.kernel(out.name[2:], kept, [read], [("_o", out.name, ", ".join(_params(nd)))],
               f"_o = {code}")
     return reshape_line(em, name + "_shape", out, tuple(shape)) if not keep else out
+
+
+def _cumprod(em, name, meta, args, kwargs):
+    """``cumprod(x, dim)``: every output multiplies its line's terms up to its own position, left to right,
+    in one tasklet (``_prod``'s way; a factor of one past the position)."""
+    shape, dtype = meta[0]
+    src = em.materialize(args[0], name + "_in")
+    if not src.shape:
+        return em.elementwise(name, shape, dtype, [src], "a0")
+    nd, dim = len(src.shape), args[1] % len(src.shape)
+    if src.dtype != np.dtype(dtype):
+        src = em.elementwise(name + "_cast", src.shape, dtype, [src], "a0")
+    n = src.shape[dim]
+    if n > PROD_MAX_TERMS:
+        raise UnsupportedOpError(f"cumprod over {n} elements: at most {PROD_MAX_TERMS} per line are supported")
+    out = em.empty(name, shape, dtype)
+    read, at = plane_read("_w", src.name, [n if d == dim else f"i{d}" for d in range(nd)])
+    code = " * ".join(f"({at([k])} if {k} <= i{dim} else {literal(1, dtype)})" for k in range(n))
+    em.kernel(out.name[2:], shape, [read], [("_o", out.name, ", ".join(_params(nd)))],
+              f"_o = {code}")
+    return out
 
 
 def _flip(em, name, meta, args, kwargs):
@@ -189,6 +235,8 @@ def _roll(em, name, meta, args, kwargs):
 SCAN_EMITTERS = {
     "aten.argmax.default": _arg_extreme("max"), "aten.argmin.default": _arg_extreme("min"),
     "aten.max.dim": _extreme_dim("max"), "aten.min.dim": _extreme_dim("min"), "aten.scatter.src": _scatter_src,
-    "aten.cumsum.default": _cumsum, "aten.prod.dim_int": _prod, "aten.prod.default": _prod,
+    "aten.scatter_add.default": _scatter_add,
+    "aten.cumsum.default": _cumsum, "aten.cumprod.default": _cumprod,
+    "aten.prod.dim_int": _prod, "aten.prod.default": _prod,
     "aten.flip.default": _flip, "aten.roll.default": _roll,
 }

@@ -161,13 +161,37 @@ def cnn(seed=0, channels=3, classes=5):
     return CNN()
 
 
+def convs(seed=0, classes=5):
+    """Grouped, depthwise and transposed convolutions (hT): a strided conv, a depthwise conv, a grouped
+    transposed conv back up, a 1x1 conv to one channel, average pooling and a linear head."""
+    torch = _torch()
+    nn = torch.nn
+    F = torch.nn.functional
+    torch.manual_seed(seed)
+
+    class Convs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 6, 3, stride=2, padding=1)
+            self.dw = nn.Conv2d(6, 6, 3, padding=1, groups=6)
+            self.up = nn.ConvTranspose2d(6, 4, 2, stride=2, groups=2)
+            self.head = nn.Conv2d(4, 1, 1)
+            self.fc = nn.Linear(4, classes)
+
+        def forward(self, x):
+            h = torch.relu(self.dw(torch.relu(self.c1(x))))
+            h = self.head(torch.tanh(self.up(h)))
+            return self.fc(F.avg_pool2d(h, 4).flatten(1))
+    return Convs()
+
+
 #: model -> (constructor, input shape, number of classes for training targets)
 MODELS = {"mlp": (mlp, (16, 32), 8), "block": (block, (4, 8, 32), None),
           "block1": (block, (1, 16, 32), None),          # one sequence: heads are the attention's batch
           "tied": (tied, (8, 6), 16),                    # token ids in, 16 classes
           "causal": (causal, (8, 8), 16),
           "fresh": (fresh, (7, 12), 5),                  # 7 rows: blocks of 2 on 4 ranks, the last one 1
-          "cnn": (cnn, (8, 3, 8, 8), 5)}
+          "cnn": (cnn, (8, 3, 8, 8), 5), "convs": (convs, (8, 3, 8, 8), 5)}
 
 #: model -> its loss when not the default of ``_loss``
 LOSSES = {"fresh": lambda torch: torch.nn.CrossEntropyLoss(weight=torch.linspace(0.5, 1.5, 5), label_smoothing=0.1)}

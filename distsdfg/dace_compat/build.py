@@ -257,34 +257,6 @@ def fresh_return_arrays(compiled) -> None:
 BUILD_TYPE = "Release"
 
 
-@contextlib.contextmanager
-def release_build(sdfg: Optional[SDFG] = None):
-    """Build with ``-O3`` (``compiler.build_type = Release``) unless the user chose a build type
-    other than DaCe's default (``DISTSDFG_BUILD_TYPE`` overrides); restored afterwards.
-
-    DaCe 1.0.2 compiles with ``-ffast-math``, which lets the compiler assume there is no NaN or
-    infinity: ``np.isnan(x)`` and ``np.isinf(x)`` fold to False, so ``np.where(np.isnan(a), 0.0, a)``
-    leaves every NaN in place, silently (with DaCe alone too). A program whose tasklets test for them
-    (``tests_special_values``) is built with ``-fno-finite-math-only`` added; the rest of
-    ``-ffast-math`` stays. Only those programs: the finite-math assumption is what lets GCC call the
-    vector ``exp`` of glibc, 2-3x faster element-wise chains."""
-    from dace.config import Config
-    old = Config.get("compiler", "build_type")
-    want = os.environ.get("DISTSDFG_BUILD_TYPE") or (BUILD_TYPE if old == "RelWithDebInfo" else old)
-    args = Config.get("compiler", "cpu", "args") or ""
-    special = (sdfg is not None and "-ffast-math" in args.split() and "-fno-finite-math-only" not in args.split()
-               and tests_special_values(sdfg))
-    Config.set("compiler", "build_type", value=want)
-    if special:
-        Config.set("compiler", "cpu", "args", value=f"{args} -fno-finite-math-only")
-    try:
-        yield want
-    finally:
-        Config.set("compiler", "build_type", value=old)
-        if special:
-            Config.set("compiler", "cpu", "args", value=args)
-
-
 #: Tasklet calls that test for NaN or infinity, which ``-ffast-math``'s finite-math assumption folds to False.
 SPECIAL_VALUE_TESTS = re.compile(r"\b(isnan|isinf|isfinite)\b")
 
@@ -295,6 +267,62 @@ def tests_special_values(sdfg: SDFG) -> bool:
         if isinstance(node, nodes.Tasklet) and SPECIAL_VALUE_TESTS.search(node.code.as_string or ""):
             return True
     return False
+
+
+@contextlib.contextmanager
+def special_value_flags(sdfg: Optional[SDFG]):
+    """DaCe 1.0.2 compiles with ``-ffast-math``, which lets the compiler assume there is no NaN or
+    infinity: ``np.isnan(x)`` and ``np.isinf(x)`` fold to False, so ``np.where(np.isnan(a), 0.0, a)``
+    leaves every NaN in place, silently (with DaCe alone too). While ``sdfg`` is built, if its tasklets
+    test for them (``tests_special_values``), ``-fno-finite-math-only`` is added to
+    ``compiler.cpu.args``; the rest of ``-ffast-math`` stays. Only those programs: the finite-math
+    assumption is what lets GCC call glibc's vector ``exp``, 2-3x faster element-wise chains.
+    ``DISTSDFG_FINITE_MATH=1`` leaves DaCe's flags as they are."""
+    from dace.config import Config
+    args = Config.get("compiler", "cpu", "args") or ""
+    special = (sdfg is not None and os.environ.get("DISTSDFG_FINITE_MATH", "0") != "1"
+               and "-ffast-math" in args.split() and "-fno-finite-math-only" not in args.split()
+               and tests_special_values(sdfg))
+    if special:
+        Config.set("compiler", "cpu", "args", value=f"{args} -fno-finite-math-only")
+    try:
+        yield special
+    finally:
+        if special:
+            Config.set("compiler", "cpu", "args", value=args)
+
+
+def keep_special_values() -> None:
+    """Install ``special_value_flags`` around DaCe's own ``SDFG.compile`` (a program the user calls
+    with DaCe alone, ``sdfg(...)``, after importing distsdfg); idempotent."""
+    from dace.sdfg import sdfg as sdfg_module
+    original = sdfg_module.SDFG.compile
+    if getattr(original, "_distsdfg_special_values", False):
+        return
+
+    def compile(self, *args, **kwargs):
+        with special_value_flags(self):
+            return original(self, *args, **kwargs)
+
+    compile.__doc__ = original.__doc__
+    compile._distsdfg_special_values = True
+    sdfg_module.SDFG.compile = compile
+
+
+@contextlib.contextmanager
+def release_build(sdfg: Optional[SDFG] = None):
+    """Build with ``-O3`` (``compiler.build_type = Release``) unless the user chose a build type
+    other than DaCe's default (``DISTSDFG_BUILD_TYPE`` overrides); restored afterwards. With
+    ``sdfg``, NaN and infinity tests in it survive ``-ffast-math`` (``special_value_flags``)."""
+    from dace.config import Config
+    old = Config.get("compiler", "build_type")
+    want = os.environ.get("DISTSDFG_BUILD_TYPE") or (BUILD_TYPE if old == "RelWithDebInfo" else old)
+    Config.set("compiler", "build_type", value=want)
+    try:
+        with special_value_flags(sdfg):
+            yield want
+    finally:
+        Config.set("compiler", "build_type", value=old)
 
 
 #: The Reduce implementation ``distsdfg.lowering.optimize`` gives plain reductions (``sequential_reduce``).

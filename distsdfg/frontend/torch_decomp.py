@@ -63,11 +63,11 @@ def _sdpa_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, i
 
 
 def _xlogy(x, y):
-    """``x * log(y)``, zero where ``x`` is zero (``F.kl_div``, ``nn.KLDivLoss``). PyTorch's decomposition also
-    tests ``isnan(y)``, which the generated code (compiled with ``-ffast-math``) cannot answer; without it,
-    only a NaN ``y`` where ``x`` is zero differs (zero here, NaN in PyTorch)."""
+    """``x * log(y)``, zero where ``x`` is zero, NaN where ``y`` is (``F.kl_div``, ``nn.KLDivLoss``), as
+    PyTorch's ``xlogy``. The program then tests for NaN, so it is built without ``-ffast-math``'s
+    finite-math assumption (``dace_compat.build.special_value_flags``)."""
     import torch
-    return torch.where(x == 0, torch.zeros_like(x * y), x * torch.log(y))
+    return torch.where(torch.isnan(y), y, torch.where(x == 0, torch.zeros_like(x * y), x * torch.log(y)))
 
 
 def _with_own(table: dict) -> dict:

@@ -260,9 +260,6 @@ def _hint(key: str) -> str:
     if op in _RANDOM:
         return (": random numbers are not supported (e.g. nn.Dropout with p > 0 in training mode); call "
                 "module.eval() or use p=0")
-    if op in ("isnan", "isinf", "isfinite", "nan_to_num"):
-        return (": the generated code is compiled with -ffast-math (DaCe's compiler.cpu.args), under which a test "
-                "for NaN or infinity is folded to a constant, so it is refused rather than answered wrongly")
     return ""
 
 

@@ -426,6 +426,10 @@ EMITTERS: Dict[str, Callable] = {
     # sign(0) = 0 and sign(nan) = nan: the input itself when it is neither positive nor negative
     "aten.sign.default": _unary("(ONE if a0 > ZERO else (-ONE if a0 < ZERO else a0))"),
     "aten.log1p.default": _unary("log1p(a0)"), "aten.expm1.default": _unary("expm1(a0)"),
+    # tests for NaN / infinity: a program using them is built without -ffast-math's finite-math
+    # assumption (dace_compat.build.release_build), which would fold them to False
+    "aten.isnan.default": _unary("isnan(a0)"), "aten.isinf.default": _unary("isinf(a0)"),
+    "aten.isfinite.default": _unary("isfinite(a0)"),
     "aten.elu.default": _elu, "aten.hardtanh.default": _hardtanh,
     "aten.logical_not.default": _unary("not a0"), "aten.bitwise_not.default": _unary("not a0"),
     "aten.logical_and.default": _binary("a0 and a1"), "aten.logical_or.default": _binary("a0 or a1"),

@@ -147,3 +147,11 @@ def test_isnan_is_not_folded_away_by_fast_math():
     out = program(a=a, N=5)
     np.testing.assert_array_equal(out, np.where(np.isnan(a), 0.0, a) + np.isinf(a) * 1.0 + np.isfinite(a) * 2.0)
     assert "-fno-finite-math-only" not in dace.Config.get("compiler", "cpu", "args")   # only for that build
+
+
+
+def test_isnan_with_dace_alone_after_importing_distsdfg():
+    sdfg = nan_to_zero.to_sdfg()
+    sdfg.name = "npfuncs_nan_to_zero_dace"
+    a = np.array([np.nan, 2.0, np.inf])
+    np.testing.assert_array_equal(sdfg(a=a, N=3), np.array([0.0, 4.0, np.inf]))

@@ -135,6 +135,18 @@ def _triangle(lower: bool):
     return tri
 
 
+def _flattened(nest, sdfg, a):
+    """``a`` as one dimension (DaCe's reshape, a view of a contiguous array) for ``axis=None``."""
+    from dace.frontend.python import replacements
+    shape = sdfg.arrays[a].shape
+    if len(shape) == 1:
+        return a
+    total = 1
+    for n in shape:
+        total = total * n
+    return nest(replacements.reshape)(a, (total,))
+
+
 def _moved_last(pv, nest, sdfg, a, axis: int):
     """``a`` with ``axis`` moved last (a copy by DaCe's transpose), and the permutation (None if none)."""
     from dace.frontend.common.op_repository import Replacements
@@ -157,12 +169,7 @@ def _scan(op: str, what: str):
         if _kind(sdfg, a) in "iub" and desc.dtype != dtypes.int64:
             a = replacements._datatype_converter(sdfg, nest.add_state(), a, dtypes.int64)[0]
         if axis is None:
-            if len(desc.shape) > 1:
-                total = 1
-                for n in desc.shape:
-                    total = total * n
-                a = nest(replacements.reshape)(a, (total,))
-            axis = 0
+            a, axis = _flattened(nest, sdfg, a), 0
         ax = _axes(pv, len(sdfg.arrays[a].shape), axis, what)[0]
         x, perm = _moved_last(pv, nest, sdfg, a, ax)
         xd = sdfg.arrays[x]
@@ -206,12 +213,7 @@ def _arg(func: str):
             raise _refuse(pv, f"np.arg{func}: out= is not translated")
         nest = _nest(pv, sdfg, state)
         if axis is None:
-            if len(desc.shape) > 1:
-                total = 1
-                for n in desc.shape:
-                    total = total * n
-                a = nest(replacements.reshape)(a, (total,))
-            axis = 0
+            a, axis = _flattened(nest, sdfg, a), 0
         desc = sdfg.arrays[a]
         nd = len(desc.shape)
         ax = _axes(pv, nd, axis, f"np.arg{func}")[0]

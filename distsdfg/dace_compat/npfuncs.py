@@ -234,7 +234,6 @@ def numpy_functions() -> None:
     if _installed or os.environ.get("DISTSDFG_NUMPY_FUNCTIONS", "1") == "0":
         return
     from dace.frontend.common.op_repository import Replacements
-    from dace.frontend.python import replacements  # noqa: F401 (registers DaCe's own first)
     for name, func in FUNCTIONS.items():
         if name not in Replacements._rep:
             Replacements._rep[name] = func

@@ -1,10 +1,12 @@
-"""Communication on device buffers (``lower(..., target="gpu", cuda_aware_mpi=True)``, issue 8).
+"""Communication on device buffers (``lower(..., target="gpu")``, issues 8 and 27).
 
-With CUDA-aware MPI the runtime never touches a rank's local buffers from the host: it copies
-boxes as 2-D planes (``cudaMemcpy2D``), keeps temporaries in device memory and combines partial
-values on the host (``PlaneMem`` in ``distsdfg_runtime.h``). Without a GPU the same code path runs
-over host memory (``EmulatedDeviceMem``): real mpiexec runs on 4 ranks, every communication
-pattern the solver emits, checked against NumPy on rank 0.
+A GPU program's steps never touch a rank's local buffers from the host: the runtime copies
+boxes as 2-D planes (``cudaMemcpy2D``) and combines partial values on the host (``PlaneMem`` in
+``distsdfg_runtime.h``). With CUDA-aware MPI (``DeviceMem``) its temporaries are device memory and
+MPI is handed the local buffers too; by default (``StagedDeviceMem``) its temporaries are pinned
+host memory and MPI sees only them, every box a step moves packed into one. Without a GPU both
+code paths run over host memory (``EmulatedDeviceMem``, ``EmulatedStagedMem``): real mpiexec runs
+on 4 ranks, every communication pattern the solver emits, checked against NumPy on rank 0.
 """
 import json
 import os
@@ -44,18 +46,22 @@ COLLECTIVES = {"Scatterv", "Bcast", "Gatherv", "Reduce", "Allreduce", "Reduce_sc
                "Alltoallw", "Alltoallv", "Isend/Irecv"}
 
 
-@pytest.fixture(scope="module")
-def emulated(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("emulated")
+#: The two device code paths over host memory: --comm of distsdfg.testing.mpirun -> runtime policy.
+POLICIES = {"emulated": "EmulatedDeviceMem", "emulated-staged": "EmulatedStagedMem"}
+
+
+@pytest.fixture(scope="module", params=list(POLICIES))
+def emulated(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(request.param)
     out = tmp / "out.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    argv = counted_argv(4, ["-m", "distsdfg.testing.mpirun", "--comm", "emulated", str(out)] + EMULATED,
+    argv = counted_argv(4, ["-m", "distsdfg.testing.mpirun", "--comm", request.param, str(out)] + EMULATED,
                         timeout=1500)
     proc = subprocess.run(argv, env=env, cwd=str(tmp), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     built = " ".join(open(p).read() for p in tmp.glob(".dacecache/*/src/cpu/*.cpp"))
-    return {r["case"]: r for r in json.loads(out.read_text())}, built
+    return {r["case"]: r for r in json.loads(out.read_text())}, built, POLICIES[request.param]
 
 
 @pytest.mark.parametrize("case", EMULATED)
@@ -69,10 +75,12 @@ def test_device_code_path_matches_numpy(emulated, case):
 
 
 def test_every_collective_ran_through_the_device_code_path(emulated):
-    results, built = emulated
+    results, built, policy = emulated
     seen = {s["collective"] for r in results.values() for s in r.get("report", [])}
     assert COLLECTIVES <= seen, COLLECTIVES - seen
-    assert "distsdfg::EmulatedDeviceMem>" in built and "distsdfg::HostMem>" not in built
+    others = set(POLICIES.values()) - {policy}
+    assert f"distsdfg::{policy}>" in built and "distsdfg::HostMem>" not in built
+    assert not any(f"distsdfg::{o}>" in built for o in others)
 
 
 def test_cuda_aware_lowering_hands_device_buffers_to_mpi():

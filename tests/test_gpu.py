@@ -45,9 +45,9 @@ def _lowered(name, grids, tag="gpu", **options):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_kernels_on_device_and_mpi_on_host(name):
+def test_kernels_on_device_and_mpi_on_host_temporaries(name):
     sdfg = _lowered(name, CASES[name], "gpu_unit")
-    kernels = 0
+    kernels, steps = 0, []
     for state in sdfg.states():
         scopes = state.scope_dict()
         for n in state.nodes():
@@ -58,14 +58,17 @@ def test_kernels_on_device_and_mpi_on_host(name):
                 assert n.schedule == dtypes.ScheduleType.GPU_Default
                 kernels += 1
             if isinstance(n, DistributedMemlet):
-                # host code on pinned copies that first waits for the GPU's asynchronous copies into them
+                # host code on the device buffers themselves (StagedDeviceMem: MPI on pinned temporaries
+                # holding the boxes the step moves), never on whole-buffer host copies
                 assert n.buffers == "staged" and n.implementation == "MPI_CUDA"
-                for e in state.in_edges(n) + state.out_edges(n):
-                    if not e.data.is_empty():
-                        assert sdfg.arrays[e.data.data].storage != dtypes.StorageType.GPU_Global, (n, e.data)
-    assert kernels >= 1
-    local = [a for a, d in sdfg.arrays.items() if a.startswith("__dsdfg_") and "_k" in a and "_host" not in a]
+                assert n.schedule == dtypes.ScheduleType.CPU_Multicore
+                steps += [(state, n)]
+    assert kernels >= 1 and steps
+    local = [a for a, d in sdfg.arrays.items() if a.startswith("__dsdfg_") and "_k" in a]
     assert local and all(sdfg.arrays[a].storage == dtypes.StorageType.GPU_Global for a in local)
+    touched = {e.data.data for st, n in steps for e in st.in_edges(n) + st.out_edges(n) if not e.data.is_empty()}
+    assert touched & set(local), touched
+    assert not [a for a, d in sdfg.arrays.items() if d.storage == dtypes.StorageType.CPU_Pinned]
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found (set CUDACXX or put nvcc on PATH): GPU builds not tested")
@@ -80,8 +83,8 @@ def test_generated_cuda_builds_with_nvcc(name, tmp_path, monkeypatch):
     cu = open(glob.glob(os.path.join(folder, "src", "cuda", "*.cu"))[0]).read()
     cpp = open(glob.glob(os.path.join(folder, "src", "cpu", "*.cpp"))[0]).read()
     assert "__global__" in cu or "cublas" in cpp.lower()       # kernels on the device
-    assert "cudaMemcpy" in cpp and "run_step" in cpp              # MPI steps on host copies
-    assert "distsdfg::StagedHostMem>" in cpp and "distsdfg::HostMem>" not in cpp
+    assert "run_step" in cpp and "cudaMallocHost" not in cpp        # no whole-buffer pinned copies
+    assert "distsdfg::StagedDeviceMem>" in cpp and "distsdfg::HostMem>" not in cpp
     if name == "matmul" and not gpu_available():
         from mpi4py import MPI
         prog = DistributedProgram(sdfg, compiled, MPI.COMM_WORLD)

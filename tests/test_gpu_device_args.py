@@ -99,7 +99,7 @@ def test_one_rank_mixed_call_stages_only_the_host_argument():
     v = _variant(_base("matmul", {"gemm_map": (1, 1, 1)}, "mixed"), ("B", "__return"))
     assert v.arrays["A"].storage == dtypes.StorageType.Default and v.arrays["B"].storage == GPU
     steps = [n for st in v.states() for n in st.nodes() if isinstance(n, DistributedMemlet)]
-    assert [n.label for n in steps] == ["dm_0_scatter_A"]         # A: host -> pinned -> device, as before
+    assert [n.label for n in steps] == ["dm_0_scatter_A"]         # A: from the host array into a device buffer
     (st, mm), = [(st, n) for st in v.states() for n in st.nodes() if type(n).__name__ == "MatMul"]
     assert "B" in [e.src.data for e in st.in_edges(mm)] and [e.dst.data for e in st.out_edges(mm)] == ["__return"]
     assert ("B", "B_host") not in _copies(v) and not any(s == "B" or d == "B" for s, d in _copies(v))

@@ -78,7 +78,8 @@ POLICIES = r"""
 using namespace distsdfg;
 
 // Random boxes of random buffers (0 to 4 dimensions, whole and empty extents included): pack,
-// unpack, combine and fill through HostMem and through EmulatedDeviceMem must give the same bytes.
+// unpack, combine and fill through HostMem and through EmulatedDeviceMem (and EmulatedStagedMem, whose
+// temporaries are host memory) must give the same bytes.
 int main() {
     std::mt19937_64 rng(7);
     auto pick = [&](int64_t lo, int64_t hi) { return lo + int64_t(rng() % uint64_t(hi - lo + 1)); };
@@ -111,6 +112,9 @@ int main() {
         HostMem::combine(nd, op, c1.data(), shape, origin, start, size, in.data());
         EmulatedDeviceMem::combine(nd, op, c2.data(), shape, origin, start, size, in.data());
         if (c1 != c2) { std::printf("combine differs at trial %d\n", trial); return 1; }
+        std::vector<double> c3(buf);
+        EmulatedStagedMem::combine(nd, op, c3.data(), shape, origin, start, size, in.data());
+        if (c1 != c3) { std::printf("staged combine differs at trial %d\n", trial); return 1; }
         // HostMem::copy (a rank's message to itself, no staging buffer) into a larger buffer
         // around the box must equal packing the box and unpacking it there.
         int64_t dshape[4], dorigin[4];
@@ -122,9 +126,13 @@ int main() {
         std::vector<double> d1(volume(nd, dshape)), d2;
         for (auto& x : d1) x = double(rng() % 1000);
         d2 = d1;
+        std::vector<double> d3(d1);
         HostMem::copy(nd, buf.data(), shape, origin, d1.data(), dshape, dorigin, start, size);
         HostMem::unpack(nd, d2.data(), dshape, dorigin, start, size, a.data());
         if (d1 != d2) { std::printf("copy differs at trial %d\n", trial); return 1; }
+        // the device policies' copy of a box between two local buffers (through a scratch buffer)
+        copy_box<double, EmulatedStagedMem>(nd, buf.data(), shape, origin, d3.data(), dshape, dorigin, start, size);
+        if (d1 != d3) { std::printf("staged copy differs at trial %d\n", trial); return 1; }
         bool whole = true;
         for (int64_t d = 0; d < nd; ++d) whole = whole && start[d] == origin[d] && size[d] == shape[d];
         if (covers(nd, shape, origin, start, size) != whole) { std::printf("covers differs at trial %d\n", trial); return 1; }
@@ -136,7 +144,15 @@ int main() {
     std::vector<float> f1(37, 1.f), f2(37, 1.f);
     HostMem::fill(f1.data(), 37, -3.5f);
     EmulatedDeviceMem::fill(f2.data(), 37, -3.5f);
+    for (int64_t n : {1, 4095, 4096, 4097, 8192, 12289, 70000}) {      // the doubling copies' edges
+        std::vector<double> g1(n + 1, 2.0), g2(n + 1, 2.0);
+        HostMem::fill(g1.data(), n, -1.25);
+        EmulatedStagedMem::fill(g2.data(), n, -1.25);
+        if (g1 != g2) { std::printf("fill of %ld differs\n", (long)n); return 1; }
+    }
     EmulatedDeviceMem::Buffer<float> tmp(5), none(0);
+    static_assert(HostMem::mpi_local && EmulatedDeviceMem::mpi_local && !EmulatedStagedMem::mpi_local, "mpi_local");
+    static_assert(HostMem::tmp_host && !EmulatedDeviceMem::tmp_host && EmulatedStagedMem::tmp_host, "tmp_host");
     if (f1 != f2 || !tmp.data() || none.data() || tmp.size() != 5) { std::printf("fill or buffer differs\n"); return 1; }
     // One plane for a box that is one run of its buffer, one per row otherwise (3-D: rows of a plane).
     int64_t sh[3] = {4, 5, 6}, o[3] = {0, 0, 0}, rows_s[3] = {1, 0, 0}, rows_n[3] = {2, 5, 6};

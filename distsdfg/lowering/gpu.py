@@ -1,13 +1,14 @@
 """target="gpu": rank-local kernels run as CUDA kernels; MPI on host copies or on device buffers.
 
 After the distributed lowering, :class:`OffloadKernels` gives every top-level map a
-``GPU_Device`` schedule and every library node (MatMul, Reduce, einsum, ...) a GPU schedule,
-moves the kernels' local buffers (and home buffers) to ``GPU_Global`` memory, and by default
-stages each ``DistributedMemlet`` through a pinned host buffer (a device-to-host copy before it
-sends, a host-to-device copy after it receives), so MPI always sees host pointers. With
-``cuda_aware_mpi=True`` there is no staging: :class:`DeviceBufferComm` makes every step hand its
-GPU buffers to MPI directly (the runtime's ``DeviceMem`` policy: boxes copied with
-``cudaMemcpy2D``, temporaries in device memory), which needs an MPI built with CUDA support
+``GPU_Device`` schedule and every library node (MatMul, Reduce, einsum, ...) a GPU schedule and
+moves the kernels' local buffers (and home buffers) to ``GPU_Global`` memory. Every
+``DistributedMemlet`` then works on those device buffers itself (:class:`DeviceBufferComm`). By
+default MPI sees host pointers only: the runtime's ``StagedDeviceMem`` policy copies each box a
+step sends from the device into a pinned host temporary and each box it receives back
+(``cudaMemcpy2D``), so a halo exchange moves its halo rows between device and host, not the
+whole block. With ``cuda_aware_mpi=True`` MPI is handed the GPU buffers directly (``DeviceMem``:
+temporaries in device memory), which needs an MPI built with CUDA support
 (:func:`require_cuda_aware_mpi` checks before a call). Device and staging buffers are allocated
 once per program (persistent), not on every call. Programs with loops, branches or distributed
 placement keep their home buffers on the device for the whole call; the steps inside loops are
@@ -203,9 +204,10 @@ def build_settings(build_folder: str):
 
 class DeviceBufferComm(ppl.Pass):
     """Let every communication step use its buffers where they are: ``buffers="device"`` (GPU
-    buffers straight to a CUDA-aware MPI), ``"staged"`` (pinned host copies of the GPU buffers,
-    made by ``OffloadKernels._stage``: the step waits for the GPU first), or ``"emulated"`` (the
-    device code path on host memory, for testing it without a GPU)."""
+    buffers straight to a CUDA-aware MPI), ``"staged"`` (GPU buffers, MPI on pinned host
+    temporaries that hold only the boxes the step moves), or ``"emulated"`` / ``"emulated-staged"``
+    (those two device code paths on host memory, for testing them without a GPU). Every policy but
+    the host's waits for the GPU before a step starts."""
 
     CATEGORY = "distsdfg"
 
@@ -295,8 +297,8 @@ class OffloadKernels(ppl.Pass):
         if self.cuda_aware_mpi:
             DeviceBufferComm("device").apply_pass(sdfg, {})
         else:
-            self._stage(sdfg, DistributedMemlet)
-            DeviceBufferComm("staged").apply_pass(sdfg, {})    # every step waits for the GPU's copies
+            self._stage_device_args(sdfg, DistributedMemlet)
+            DeviceBufferComm("staged").apply_pass(sdfg, {})
         return count
 
     @staticmethod
@@ -321,12 +323,15 @@ class OffloadKernels(ppl.Pass):
                                 f"the GPU; use target='cpu' for this program")
 
     @staticmethod
-    def _stage(sdfg: SDFG, dm_type):
-        """Put a host buffer between every DistributedMemlet and the GPU buffers it reads or writes.
+    def _stage_device_args(sdfg: SDFG, dm_type):
+        """Put a pinned host copy between every DistributedMemlet and the caller's device arrays it
+        reads or writes (a device-argument variant's steps that could not be removed): the runtime
+        reads and writes the global arrays of rank 0 on the host. The ranks' own device buffers
+        (transients) go to the steps as they are.
 
-        A step that reads and writes one buffer (in place) gets one host buffer; a step that
-        leaves part of its output as it was (an accumulation's first holder keeps its block)
-        starts from a copy of the buffer's current value, taken from the node it is ordered after.
+        A step that reads and writes one array (in place) gets one host copy; a step that leaves
+        part of its output as it was starts from a copy of the array's current value, taken from
+        the node it is ordered after.
         """
         known = program_symbols(sdfg)     # host copies have their buffers' sizes: no new symbols
         for state in sdfg.states():
@@ -343,7 +348,7 @@ class OffloadKernels(ppl.Pass):
                     return hosts[name]
 
                 def on_gpu(n):
-                    return (isinstance(n, nodes.AccessNode)
+                    return (isinstance(n, nodes.AccessNode) and not sdfg.arrays[n.data].transient
                             and sdfg.arrays[n.data].storage == dtypes.StorageType.GPU_Global)
 
                 for e in list(state.in_edges(dm)):
@@ -377,9 +382,9 @@ def emulate_on_host(sdfg: SDFG) -> SDFG:
     unchanged, to test that data flow without a GPU (``distsdfg.testing.gpu_emulated``).
 
     Device and pinned buffers become host buffers, kernels host maps and host library nodes, and the
-    staging copies plain copies; staged steps run ``HostMem`` on their host copies (``StagedHostMem``
-    without its wait for the GPU), steps on device buffers (``cuda_aware_mpi=True``) the device code
-    path on host memory (``EmulatedDeviceMem``). Returns ``sdfg``, renamed (``..._emu``) and marked
+    staging copies plain copies; staged steps run their code path on host memory
+    (``EmulatedStagedMem``: every box packed into a temporary for MPI), steps on device buffers
+    (``cuda_aware_mpi=True``) theirs (``EmulatedDeviceMem``). Returns ``sdfg``, renamed (``..._emu``) and marked
     for the CPU."""
     low = getattr(sdfg, "_distsdfg", None)
     if low is None or low.target != "gpu":
@@ -402,7 +407,7 @@ def emulate_on_host(sdfg: SDFG) -> SDFG:
                 n.schedule = dtypes.ScheduleType.Default
                 if type(n).__name__ == "Reduce":
                     n.implementation = None
-    comm = "emulated" if low.comm == "device" else "host"
+    comm = "emulated" if low.comm == "device" else "emulated-staged"
     if steps - {"staged", "device"}:
         raise DistributedLoweringError(f"emulate_on_host: `{sdfg.name}` has steps on {sorted(steps)} buffers")
     DeviceBufferComm(comm).apply_pass(sdfg, {})

@@ -58,7 +58,8 @@ class Lowered:
     boundary: Dict[str, str] = dataclasses.field(default_factory=dict)
     source: str = ""        # the SDFG before lowering (JSON), to lower again for another placement
     # Where communication steps find their local buffers: "host" (the CPU target, or GPU buffers
-    # staged through pinned host copies), "device" (GPU buffers to a CUDA-aware MPI), "emulated".
+    # with MPI on pinned host temporaries), "device" (GPU buffers to a CUDA-aware MPI), "emulated"
+    # and "emulated-staged" (those two device code paths over host memory, for tests).
     comm: str = "host"
     # Lowered for one rank with whole arrays aliased (distsdfg.lowering.optimize.alias_whole_blocks): the
     # program runs on rank 0 alone over a one-rank communicator; other ranks return None.

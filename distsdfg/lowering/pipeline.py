@@ -106,9 +106,10 @@ def validate_lowered(sdfg: SDFG, original: str, schedule: Schedule) -> None:
 def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host",
                optimize: Optional[bool] = None, nprocs: Optional[int] = None, validate: bool = True,
                device_args: Tuple[str, ...] = ()) -> SDFG:
-    """``comm``: where communication steps find their local buffers (``Lowered.comm``): "host",
-    "device" (target gpu: GPU buffers to a CUDA-aware MPI) or "emulated" (target cpu: the device
-    code path over host memory, for tests). ``optimize``: optimise the ranks' kernels after
+    """``comm``: where communication steps find their local buffers (``Lowered.comm``): "host"
+    (target cpu: host memory; target gpu: GPU buffers with MPI on pinned host temporaries),
+    "device" (target gpu: GPU buffers to a CUDA-aware MPI), or "emulated" / "emulated-staged"
+    (target cpu: the device code path of "device" / of the GPU's "host" over host memory, for tests). ``optimize``: optimise the ranks' kernels after
     tiling (``distsdfg.lowering.optimize``; None: on unless ``DISTSDFG_OPTIMIZE=0``). ``nprocs``: the
     number of ranks the caller planned for (``lower(sdfg, "auto", nprocs=P)``); with 1, whole
     arrays are not copied into local buffers and the program runs on rank 0 alone. ``validate=False``
@@ -116,7 +117,8 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     ``device_args`` (target gpu): the arrays rank 0 passes whole (and results) that the program
     takes in device memory, the caller's CuPy arrays (``distsdfg.lowering.device_args``)."""
     from .placement import placed_arrays
-    if (comm, target) not in (("host", "cpu"), ("host", "gpu"), ("device", "gpu"), ("emulated", "cpu")):
+    if (comm, target) not in (("host", "cpu"), ("host", "gpu"), ("device", "gpu"), ("emulated", "cpu"),
+                              ("emulated-staged", "cpu")):
         raise DistributedLoweringError(f"comm={comm!r} does not go with target={target!r}: device buffers need "
                                        f"target='gpu', the emulated device path target='cpu'")
     require_sdfg(sdfg, "distsdfg.lower")
@@ -204,9 +206,9 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     if target == "gpu":
         from .gpu import OffloadKernels      # home buffers stay on the GPU; steps in loops are staged too
         OffloadKernels(cuda_aware_mpi=comm == "device", device_args=device_args).apply_pass(sdfg, {})
-    elif comm == "emulated":
+    elif comm != "host":
         from .gpu import DeviceBufferComm
-        DeviceBufferComm("emulated").apply_pass(sdfg, {})
+        DeviceBufferComm(comm).apply_pass(sdfg, {})
     if validate:
         validate_lowered(sdfg, original, schedule)
     return sdfg

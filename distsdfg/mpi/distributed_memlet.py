@@ -9,11 +9,12 @@ from .environment import DistSDFGRuntime, DistSDFGRuntimeCUDA
 
 __all__ = ["DistributedMemlet", "BUFFERS"]
 
-#: Where a step's local buffers live, and the runtime's memory policy for them:
-#: host memory; pinned host copies of a GPU program's device buffers (the step first waits for the
-#: GPU's copies into them); GPU memory handed to a CUDA-aware MPI; host memory through the device
-#: code path (tests).
-BUFFERS = {"host": "HostMem", "staged": "StagedHostMem", "device": "DeviceMem", "emulated": "EmulatedDeviceMem"}
+#: Where a step's local buffers live, and the runtime's memory policy for them: host memory; a GPU
+#: program's device buffers with MPI on pinned host temporaries (only the boxes the step moves are
+#: copied between device and host); GPU memory handed to a CUDA-aware MPI; and the two device code
+#: paths over host memory (tests without a GPU).
+BUFFERS = {"host": "HostMem", "staged": "StagedDeviceMem", "device": "DeviceMem", "emulated": "EmulatedDeviceMem",
+           "emulated-staged": "EmulatedStagedMem"}
 
 
 @dace.library.expansion
@@ -58,8 +59,9 @@ class DistributedMemlet(dace.sdfg.nodes.LibraryNode):
     (the communicator's Fortran handle, an int32 scalar), output ``_out`` (the destination buffer).
     ``kind`` is scatter, gather, reduce or fill; the step's blocks per rank live in the plan table,
     computed by distsdfg.values.plan.
-    ``buffers="device"`` hands GPU buffers to MPI directly (CUDA-aware MPI; set by
-    ``distsdfg.lowering.gpu.DeviceBufferComm``).
+    ``buffers="staged"`` or ``"device"``: the local buffers are a GPU's, with MPI on host
+    temporaries or handed the GPU buffers (CUDA-aware MPI); set by
+    ``distsdfg.lowering.gpu.DeviceBufferComm``.
     """
 
     implementations = {"MPI": ExpandDistributedMemletMPI, "MPI_CUDA": ExpandDistributedMemletCUDA}
@@ -69,7 +71,8 @@ class DistributedMemlet(dace.sdfg.nodes.LibraryNode):
     kind = dace.properties.Property(dtype=str, default="scatter", desc="scatter | gather | reduce | fill")
     array = dace.properties.Property(dtype=str, default="", desc="Global array moved")
     buffers = dace.properties.Property(dtype=str, default="host",
-                                       desc="Where the local buffers live: host | staged | device | emulated (see BUFFERS)")
+                                       desc="Where the local buffers live: host | staged | device | emulated | emulated-staged "
+                                            "(see BUFFERS)")
 
     def __init__(self, name, step=0, kind="scatter", array="", has_input=True, *args, **kwargs):
         inputs = {"_plan", "_comm", "_in"} if has_input else {"_plan", "_comm"}

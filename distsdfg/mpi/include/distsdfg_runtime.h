@@ -226,15 +226,24 @@ inline int64_t volume(int64_t nd, const int64_t* shape) {
 
 // ---------------------------------------------------------------------------------------------
 // Memory policies: how the runtime touches the ranks' local buffers (the user's arrays on rank 0
-// are always host memory). HostMem reads and writes them directly. PlaneMem<Prim> never
+// are always host memory). HostMem reads and writes them directly. PlaneMem<Prim, Tmp> never
 // dereferences them: it copies boxes as 2-D planes through Prim (cudaMemcpy2D for device
-// buffers, see distsdfg_runtime_cuda.h), keeps its temporaries where Prim allocates, combines
-// partial values on the host, and leaves the rest to MPI (which must then accept device pointers:
-// CUDA-aware MPI). EmulatedDeviceMem is PlaneMem over host memory; the test suite runs every
-// communication pattern through it to check the device code path without a GPU.
+// buffers, see distsdfg_runtime_cuda.h), keeps its temporaries where Tmp allocates and combines
+// partial values on the host. Where Tmp is Prim (DeviceMem: temporaries in device memory) MPI
+// is handed the local buffers too, which needs a CUDA-aware MPI; where Tmp allocates pinned host
+// memory (StagedDeviceMem) MPI never sees a local buffer: every message is packed into a host
+// temporary, so only the boxes a step moves cross between device and host. EmulatedDeviceMem
+// and EmulatedStagedMem are the two over host memory; the test suite runs every communication
+// pattern through them to check the device code paths without a GPU.
+//
+// A policy's traits: ``mpi_local`` (MPI may take pointers into the local buffers) and
+// ``tmp_host`` (its temporaries, Buffer<T>, are host memory the runtime may read and write).
 
 struct HostMem {
+    static constexpr bool mpi_local = true;
+    static constexpr bool tmp_host = true;
     template <typename T> using Buffer = Array<T>;
+    template <typename T> using Scratch = Array<T>;
     static void begin() {}
     static void end() {}
     template <typename T>
@@ -272,7 +281,7 @@ struct HostMem {
 };
 
 /// dst[box] = src[box] for a message a rank sends itself: directly on host memory, else through
-/// a temporary of Mem's.
+/// a scratch buffer where the local buffers are (device to device for a GPU's buffers).
 template <typename T, typename Mem>
 void copy_box(int64_t nd, const T* src, const int64_t* sshape, const int64_t* sorigin, T* dst, const int64_t* dshape,
               const int64_t* dorigin, const int64_t* start, const int64_t* size) {
@@ -280,7 +289,7 @@ void copy_box(int64_t nd, const T* src, const int64_t* sshape, const int64_t* so
         HostMem::copy(nd, src, sshape, sorigin, dst, dshape, dorigin, start, size);
         return;
     }
-    typename Mem::template Buffer<T> tmp(volume(nd, size));
+    typename Mem::template Scratch<T> tmp(volume(nd, size));
     Mem::pack(nd, src, sshape, sorigin, start, size, tmp.data());
     Mem::unpack(nd, dst, dshape, dorigin, start, size, tmp.data());
 }
@@ -396,29 +405,36 @@ private:
     }
 };
 
-template <typename Prim>
-struct PlaneMem {
-    /// A temporary buffer where Prim allocates (device memory for CudaPrim), from Pool<Prim>.
-    template <typename T> class Buffer {
-        T* p_ = nullptr;
-        size_t n_ = 0;
-        size_t cls_ = 0;
-    public:
-        explicit Buffer(size_t n = 0) : n_(n) {
-            if (n) {
-                cls_ = Pool<Prim>::size_class(n * sizeof(T));
-                p_ = static_cast<T*>(Pool<Prim>::take(cls_));
-            }
+/// A temporary buffer of n elements where Prim allocates, from Pool<Prim>.
+template <typename Prim, typename T> class PoolBuffer {
+    T* p_ = nullptr;
+    size_t n_ = 0;
+    size_t cls_ = 0;
+public:
+    explicit PoolBuffer(size_t n = 0) : n_(n) {
+        if (n) {
+            cls_ = Pool<Prim>::size_class(n * sizeof(T));
+            p_ = static_cast<T*>(Pool<Prim>::take(cls_));
         }
-        ~Buffer() { if (p_) Pool<Prim>::give(p_, cls_); }
-        Buffer(const Buffer&) = delete;
-        Buffer& operator=(const Buffer&) = delete;
-        T* data() { return p_; }
-        const T* data() const { return p_; }
-        size_t size() const { return n_; }
-        bool empty() const { return n_ == 0; }
-        void swap(Buffer& o) { std::swap(p_, o.p_); std::swap(n_, o.n_); std::swap(cls_, o.cls_); }
-    };
+    }
+    ~PoolBuffer() { if (p_) Pool<Prim>::give(p_, cls_); }
+    PoolBuffer(const PoolBuffer&) = delete;
+    PoolBuffer& operator=(const PoolBuffer&) = delete;
+    T* data() { return p_; }
+    const T* data() const { return p_; }
+    size_t size() const { return n_; }
+    bool empty() const { return n_ == 0; }
+    void swap(PoolBuffer& o) { std::swap(p_, o.p_); std::swap(n_, o.n_); std::swap(cls_, o.cls_); }
+};
+
+template <typename Prim, typename Tmp = Prim>
+struct PlaneMem {
+    static constexpr bool mpi_local = std::is_same<Prim, Tmp>::value;
+    static constexpr bool tmp_host = Tmp::host;
+    /// A temporary for MPI (device memory for DeviceMem, pinned host memory for StagedDeviceMem).
+    template <typename T> using Buffer = PoolBuffer<Tmp, T>;
+    /// A temporary where the local buffers are (a copy between two of them).
+    template <typename T> using Scratch = PoolBuffer<Prim, T>;
     /// Before and after a step: the GPU's kernels are done with the buffers, and the step's copies are done.
     static void begin() { Prim::sync(); }
     static void end() { Prim::sync(); }
@@ -436,27 +452,38 @@ struct PlaneMem {
             Prim::copy2d(buf + off, pitch * sizeof(T), in + p, w * sizeof(T), w * sizeof(T), h);
         });
     }
-    /// Combined on the host: the box and the contribution come over, the result goes back.
+    /// Combined on the host: the box (and the contribution, where it is not host memory already)
+    /// come over, the result goes back.
     template <typename T>
     static void combine(int64_t nd, int64_t op, T* buf, const int64_t* shape, const int64_t* origin,
                         const int64_t* start, const int64_t* size, const T* in) {
         const int64_t n = volume(nd, size);
         if (n == 0) return;
-        Array<T> cur(n), add(n);
+        Array<T> cur(n), add(tmp_host ? 0 : n);
         pack(nd, static_cast<const T*>(buf), shape, origin, start, size, cur.data());
-        Prim::copy2d(add.data(), n * sizeof(T), in, n * sizeof(T), n * sizeof(T), 1);
-        for (int64_t j = 0; j < n; ++j) cur[j] = Ops<T>::apply(op, cur[j], add[j]);
+        if (!tmp_host) Prim::copy2d(add.data(), n * sizeof(T), in, n * sizeof(T), n * sizeof(T), 1);
+        const T* from = tmp_host ? in : add.data();
+        for (int64_t j = 0; j < n; ++j) cur[j] = Ops<T>::apply(op, cur[j], from[j]);
         unpack(nd, buf, shape, origin, start, size, static_cast<const T*>(cur.data()));
     }
+    /// A short run of ``v`` goes over from the host, then the filled part is copied onto the rest,
+    /// doubling it each time (copies within the buffer's memory: no host array of the buffer's size).
     template <typename T> static void fill(T* p, int64_t n, T v) {
         if (n == 0) return;
-        Array<T> h(n, v);
-        Prim::copy2d(p, n * sizeof(T), h.data(), n * sizeof(T), n * sizeof(T), 1);
+        const int64_t first = std::min<int64_t>(n, 4096);
+        Array<T> h(first, v);
+        Prim::copy2d(p, first * sizeof(T), h.data(), first * sizeof(T), first * sizeof(T), 1);
+        for (int64_t done = first; done < n;) {
+            const int64_t k = std::min(done, n - done);
+            Prim::copy2d(p + done, k * sizeof(T), p, k * sizeof(T), k * sizeof(T), 1);
+            done += k;
+        }
     }
 };
 
 /// PlaneMem's primitives on host memory (tests of the device code path without a GPU).
 struct EmulatedPrim {
+    static constexpr bool host = false;     // stands for device memory: the runtime never reads it
     /// How many blocks alloc has made (tests of Pool).
     static size_t& allocations() {
         static size_t n = 0;
@@ -476,6 +503,12 @@ struct EmulatedPrim {
     static void sync() {}
 };
 using EmulatedDeviceMem = PlaneMem<EmulatedPrim>;
+
+/// Host temporaries beside EmulatedPrim's stand-in device memory (as pinned memory beside a GPU's).
+struct EmulatedPinnedPrim : EmulatedPrim {
+    static constexpr bool host = true;
+};
+using EmulatedStagedMem = PlaneMem<EmulatedPrim, EmulatedPinnedPrim>;
 
 inline void check(int err, const char* what) {
     if (err == MPI_SUCCESS) return;
@@ -662,8 +695,8 @@ void scatter(const Step& s, const T* global, T* local, Context& ctx) {
     const int me = ctx.rank;
     MPI_Datatype ty = mpi_type(s.dtype());
     const int64_t n = s.count(me);
-    // Receive straight into the local buffer when my block is one run of it.
-    int64_t loff = dense_run(s.ndim(), s.lshape(), s.origin(me), s.start(me), s.size(me));
+    // Receive straight into the local buffer when my block is one run of it (and MPI may use it).
+    int64_t loff = Mem::mpi_local ? dense_run(s.ndim(), s.lshape(), s.origin(me), s.start(me), s.size(me)) : -1;
     if (me == 0 && loff >= 0 && overlaps(local, volume(s.ndim(), s.lshape()), global, s.gextent())) loff = -1;
     // Comm_split is collective: every rank splits, members or not.
     MPI_Comm pc = split(s, true, ctx);
@@ -675,6 +708,8 @@ void scatter(const Step& s, const T* global, T* local, Context& ctx) {
     }
     typename Mem::template Buffer<T> mine(loff < 0 ? n : 0);
     T* recv = loff < 0 ? mine.data() : local + loff;
+    // Whether the runtime may write ``recv`` itself (host memory).
+    const bool recv_host = loff < 0 ? Mem::tmp_host : std::is_base_of<HostMem, Mem>::value;
     if (s.pcolor(me) >= 0) {
         auto mem = members(s, true, s.pcolor(me));
         std::vector<int> counts(mem.size()), displs;
@@ -685,8 +720,8 @@ void scatter(const Step& s, const T* global, T* local, Context& ctx) {
             for (size_t i = 0; i < mem.size(); ++i) counts[i] = int(s.count(mem[i]));
             displs = global_displs(s, mem);     // send from the global array itself
             if (displs.empty()) {               // else pack the blocks one after another
-                // (host buffers: all but mine, which goes straight where it belongs)
-                in_place = std::is_base_of<HostMem, Mem>::value;
+                // (all but mine where it can go straight where it belongs)
+                in_place = recv_host;
                 int64_t total = 0;
                 displs.resize(mem.size());
                 for (size_t i = 0; i < mem.size(); ++i) {
@@ -719,8 +754,8 @@ void gather(const Step& s, const T* local, T* global, Context& ctx, bool reduce)
     const int me = ctx.rank;
     MPI_Datatype ty = mpi_type(s.dtype());
     const int64_t n = s.count(me);
-    // Send straight from the local buffer when my block is one run of it.
-    const int64_t loff = dense_run(s.ndim(), s.lshape(), s.origin(me), s.start(me), s.size(me));
+    // Send straight from the local buffer when my block is one run of it (and MPI may use it).
+    const int64_t loff = Mem::mpi_local ? dense_run(s.ndim(), s.lshape(), s.origin(me), s.start(me), s.size(me)) : -1;
     typename Mem::template Buffer<T> mine(loff < 0 ? n : 0);
     if (loff < 0) Mem::pack(s.ndim(), local, s.lshape(), s.origin(me), s.start(me), s.size(me), mine.data());
     const T* send = loff < 0 ? mine.data() : local + loff;
@@ -753,8 +788,10 @@ void gather(const Step& s, const T* local, T* global, Context& ctx, bool reduce)
             return;
         }
     }
-    // A plain copy keeps rank 0's own block out of the receive buffer: it is unpacked from ``send``.
-    const bool own = std::is_base_of<HostMem, Mem>::value && me == 0 && !merge && !(reduce && (acc || mask)) &&
+    // A plain copy keeps rank 0's own block out of the receive buffer: it is unpacked from ``send``
+    // (where that is host memory: the local buffer on the host, or a host temporary).
+    const bool send_host = loff < 0 ? Mem::tmp_host : std::is_base_of<HostMem, Mem>::value;
+    const bool own = send_host && me == 0 && !merge && !(reduce && (acc || mask)) &&
                      !overlaps(send, n, static_cast<const T*>(global), s.gextent());
     if (own) {
         // Rank 0's own block takes no room in the receive buffer (MPI_IN_PLACE, a count of 0): when
@@ -904,6 +941,55 @@ inline void allgather(const void* in, const std::vector<int>& counts, const std:
           "Allgatherv");
 }
 
+/// The boxes a rank exchanges with each peer (``boxes[p]``, in message order) packed one after
+/// another in one temporary of Mem's: peer p's at ``at[p]``, ``count[p]`` elements. For policies
+/// whose local buffers MPI must not see; the same messages, in the same order, as box_type's.
+template <typename T, typename Mem>
+struct Packed {
+    const Redist& r;
+    const std::vector<std::vector<const int64_t*>>& boxes;
+    const int64_t* shape;
+    const int64_t* origin;
+    std::vector<int64_t> at, count;
+    typename Mem::template Buffer<T> buf;
+
+    static int64_t total(const Redist& r, const std::vector<std::vector<const int64_t*>>& boxes) {
+        int64_t n = 0;
+        for (auto& list : boxes)
+            for (const int64_t* b : list) n += r.volume(b);
+        return n;
+    }
+    Packed(const Redist& r_, const std::vector<std::vector<const int64_t*>>& boxes_, const int64_t* shape_,
+           const int64_t* origin_)
+        : r(r_), boxes(boxes_), shape(shape_), origin(origin_), at(boxes_.size(), 0), count(boxes_.size(), 0),
+          buf(size_t(total(r_, boxes_))) {
+        int64_t pos = 0;
+        for (size_t p = 0; p < boxes.size(); ++p) {
+            at[p] = pos;
+            for (const int64_t* b : boxes[p]) count[p] += r.volume(b);
+            pos += count[p];
+        }
+    }
+    template <typename F> void each(F f) {
+        const int64_t nd = r.nd();
+        for (size_t p = 0; p < boxes.size(); ++p) {
+            int64_t pos = at[p];
+            for (const int64_t* b : boxes[p]) {
+                f(b, b + nd, buf.data() + pos);
+                pos += r.volume(b);
+            }
+        }
+    }
+    void pack(const T* src) {
+        each([&](const int64_t* start, const int64_t* size, T* at_) { Mem::pack(r.nd(), src, shape, origin, start, size, at_); });
+    }
+    void unpack(T* dst) {
+        each([&](const int64_t* start, const int64_t* size, T* at_) {
+            Mem::unpack(r.nd(), dst, shape, origin, start, size, static_cast<const T*>(at_));
+        });
+    }
+};
+
 template <typename T, typename Mem>
 void redist(const Redist& r, const T* src, T* dst, Context& ctx) {
     const int me = ctx.rank;
@@ -933,6 +1019,18 @@ void redist(const Redist& r, const T* src, T* dst, Context& ctx) {
         }
         std::vector<int> sc(P, 0), rc(P, 0), sd(P, 0), rd(P, 0);
         std::vector<MPI_Datatype> st(P, ty), rt(P, ty);
+        if (!Mem::mpi_local) {      // the boxes packed into host temporaries: the same messages and bytes
+            Packed<T, Mem> out(r, sendb, r.sshape(), r.sorigin(me)), in(r, recvb, r.dshape(), r.dorigin(me));
+            out.pack(src);
+            for (int p = 0; p < P; ++p) {
+                sc[p] = int(out.count[p]), sd[p] = int(out.at[p] * int64_t(sizeof(T)));
+                rc[p] = int(in.count[p]), rd[p] = int(in.at[p] * int64_t(sizeof(T)));
+            }
+            check(MPI_Alltoallw(out.buf.data(), sc.data(), sd.data(), st.data(), in.buf.data(), rc.data(), rd.data(),
+                                rt.data(), ctx.comm), "Alltoallw");
+            in.unpack(dst);
+            return;
+        }
         for (int p = 0; p < P; ++p) {
             if (!sendb[p].empty()) { st[p] = box_type(r, sendb[p], r.sshape(), r.sorigin(me), ty); sc[p] = 1; }
             if (!recvb[p].empty()) { rt[p] = box_type(r, recvb[p], r.dshape(), r.dorigin(me), ty); rc[p] = 1; }
@@ -955,6 +1053,25 @@ void redist(const Redist& r, const T* src, T* dst, Context& ctx) {
             if (m[1] == me && m[0] != me) recvb[m[0]].push_back(m + 2);
         }
         std::vector<MPI_Request> reqs;
+        if (!Mem::mpi_local) {      // the boxes packed into host temporaries: the same messages and bytes
+            Packed<T, Mem> out(r, sendb, r.sshape(), r.sorigin(me)), in(r, recvb, r.dshape(), r.dorigin(me));
+            out.pack(src);
+            for (int p = 0; p < P; ++p) {
+                if (recvb[p].empty()) continue;
+                reqs.emplace_back();
+                check(MPI_Irecv(in.buf.data() + in.at[p], int(in.count[p]), ty, p, tag, ctx.comm, &reqs.back()), "Irecv");
+            }
+            for (int p = 0; p < P; ++p) {
+                if (sendb[p].empty()) continue;
+                reqs.emplace_back();
+                check(MPI_Isend(out.buf.data() + out.at[p], int(out.count[p]), ty, p, tag, ctx.comm, &reqs.back()),
+                      "Isend");
+            }
+            if (!reqs.empty())
+                check(MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "Waitall");
+            in.unpack(dst);
+            return;
+        }
         std::vector<MPI_Datatype> types;
         for (int p = 0; p < P; ++p) {
             if (recvb[p].empty()) continue;

@@ -1,11 +1,15 @@
-// distsdfg runtime on device buffers (lower(..., target="gpu", cuda_aware_mpi=True)), and on the
-// host staging buffers of GPU programs otherwise (StagedHostMem).
+// distsdfg runtime on a GPU program's device buffers (lower(..., target="gpu")).
 //
-// The ranks' local buffers live in GPU memory and go to MPI as device pointers, which needs a
-// CUDA-aware MPI. DeviceMem copies boxes with cudaMemcpy2D, allocates its temporaries with
-// cudaMalloc and combines partial values on the host (see PlaneMem in distsdfg_runtime.h).
-// A step waits for the GPU before it starts (the kernels that wrote its buffers run on DaCe's
-// streams) and after its last copy.
+// The ranks' local buffers live in GPU memory and the runtime never dereferences them: boxes are
+// copied with cudaMemcpy2D and partial values combined on the host (see PlaneMem in
+// distsdfg_runtime.h). Two policies:
+// - StagedDeviceMem (the default lowering): MPI works on pinned host temporaries only; each box a
+//   step sends is copied device-to-host into one, each box it receives host-to-device out of one,
+//   so a halo exchange moves its halo rows across PCIe, not the whole block.
+// - DeviceMem (cuda_aware_mpi=True): temporaries in device memory, and MPI is handed device
+//   pointers, which needs a CUDA-aware MPI.
+// Temporaries come from a per-process cache (Pool). A step waits for the GPU before it starts
+// (the kernels that wrote its buffers run on DaCe's streams) and after its last copy.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -22,6 +26,7 @@ inline void cuda_check(cudaError_t err, const char* what) {
 }
 
 struct CudaPrim {
+    static constexpr bool host = false;
     static void* alloc(size_t bytes) {
         void* p = nullptr;
         cuda_check(cudaMalloc(&p, bytes), "cudaMalloc");
@@ -40,14 +45,18 @@ struct CudaPrim {
 };
 using DeviceMem = PlaneMem<CudaPrim>;
 
-/// Host staging buffers of a GPU program (lower(..., target="gpu") without CUDA-aware MPI): the
-/// step works on pinned host copies of the device buffers, like HostMem, but first waits for the
-/// GPU. DaCe issues the device-to-host copies that fill those host buffers asynchronously and, where
-/// a step only follows such a copy in order (a step that keeps part of its buffer starts from a
-/// copy of it), does not wait for them itself.
-struct StagedHostMem : HostMem {
-    static void begin() { cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+/// Pinned host memory for StagedDeviceMem's temporaries (MPI's buffers, and the source or target
+/// of the box copies, which run at full PCIe speed from pinned memory).
+struct PinnedPrim {
+    static constexpr bool host = true;
+    static void* alloc(size_t bytes) {
+        void* p = nullptr;
+        cuda_check(cudaMallocHost(&p, bytes), "cudaMallocHost");
+        return p;
+    }
+    static void release(void* p) { cudaFreeHost(p); }
 };
+using StagedDeviceMem = PlaneMem<CudaPrim, PinnedPrim>;
 
 }  // namespace
 }  // namespace distsdfg

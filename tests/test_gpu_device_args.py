@@ -23,7 +23,7 @@ from dace.sdfg import nodes
 
 import distsdfg
 from distsdfg import dace_compat as dc
-from distsdfg.lowering.device_args import root_arrays, usable, variant_arguments
+from distsdfg.lowering.device_args import root_arrays, variant_arguments
 from distsdfg.lowering.gpu import emulate_on_host, nvcc_path
 from distsdfg.lowering.pipeline import lower_sdfg
 from distsdfg.mpi import DistributedMemlet
@@ -57,7 +57,7 @@ def _copies(sdfg):
     ("matmul", {"gemm_map": (1, 1, 1)}, False, None, ["A", "B"], ("A", "B", "__return")),
     ("matmul", {"gemm_map": (1, 1, 1)}, False, None, ["B"], ("B", "__return")),       # mixed: A stays on the host
     ("matmul", {"gemm_map": (1, 1, 1)}, False, None, [], ()),                         # NumPy call: no variant
-    ("matmul", {"gemm_map": (2, 1, 1)}, False, None, ["A", "B"], ()),                 # staged on 2 ranks: via host
+    ("matmul", {"gemm_map": (2, 1, 1)}, False, None, ["A", "B"], ("A", "B", "__return")),  # staged, 2 ranks
     ("matmul", {"gemm_map": (2, 1, 1)}, True, None, ["A"], ("A", "__return")),        # CUDA-aware: any ranks
     ("affine", {"*": (1, 1)}, False, None, ["A", "B"], ("A", "B")),                   # B written in place
     ("flagged", {"*": (1,)}, False, "distributed", ["A"], ()),                        # placement: via host
@@ -119,17 +119,25 @@ def test_one_rank_in_place_argument_is_written_by_the_kernel():
 def test_cuda_aware_variant_steps_use_rank_0s_device_arrays():
     v = _variant(_base("matmul", {"gemm_map": (2, 1, 1)}, "aware", aware=True), ("A", "B", "__return"))
     low = v._distsdfg
-    assert not low.rank0_only and usable(low, 2)
+    assert not low.rank0_only
     steps = [(st, n) for st in v.states() for n in st.nodes() if isinstance(n, DistributedMemlet)]
     assert steps and all(n.buffers == "device" for _, n in steps)
     touched = {e.data.data for st, n in steps for e in st.in_edges(n) + st.out_edges(n) if not e.data.is_empty()}
     assert {"A", "B", "__return"} <= touched
+    assert {n.array for _, n in steps if n.global_device} == {"A", "B", "__return"}
     assert not [a for a, d in v.arrays.items() if d.storage == dtypes.StorageType.CPU_Pinned]
 
 
-def test_staged_variant_on_several_ranks_is_not_used():
+def test_staged_variant_steps_use_rank_0s_device_arrays():
     v = _variant(_base("matmul", {"gemm_map": (2, 1, 1)}, "staged2"), ("A", "B", "__return"))
-    assert not v._distsdfg.rank0_only and usable(v._distsdfg, 1) and not usable(v._distsdfg, 2)
+    low = v._distsdfg
+    assert not low.rank0_only and low.device_args == ("A", "B", "__return")
+    steps = [(st, n) for st in v.states() for n in st.nodes() if isinstance(n, DistributedMemlet)]
+    # every step is staged on the device buffers; the scatters and the gather take rank 0's device arrays
+    assert steps and all(n.buffers == "staged" for _, n in steps)
+    globals_ = {n.array for _, n in steps if n.global_device}
+    assert globals_ == {"A", "B", "__return"}, globals_
+    assert not [a for a, d in v.arrays.items() if d.storage == dtypes.StorageType.CPU_Pinned]
 
 
 def test_device_args_must_be_arrays_rank_0_passes():
@@ -260,29 +268,43 @@ def test_device_argument_written_in_place_by_the_variant(emulated_dispatch):
     assert _HostBackedDeviceArray.gets == 0
 
 
-# -- one mpiexec job on 2 ranks: the emulated variants (staged one rank, CUDA-aware two ranks) --------------
+# -- one mpiexec job on 2 ranks: the emulated variants (one rank, staged and CUDA-aware on two) -----------
 EMULATED = [
     "staged+args|loop|matmul:gemm_map=1,1,1",      # one-rank variant on a 2-rank communicator (rank 0 alone)
     "device+args|loop|matmul:gemm_map=2,1,1",      # steps scatter from and gather into rank 0's device arrays
     "device+args|loop|affine:*=2,1",               # an argument written in place, rows split
+    "device+args|loop|matmul:gemm_map=1,2,1",      # column blocks of a device global: packed plane by plane
+    "staged+args|loop|matmul:gemm_map=2,1,1",      # staged: rank 0's block device to device, the other's packed
+    "staged+args|loop|matmul:gemm_map=1,2,1",      # staged, column blocks
+    "staged+args|loop|acc_sum:*=1,2,1",            # an accumulation into a device global (combined on the host)
 ]
 
 
 @pytest.fixture(scope="module")
 def emulated_job(tmp_path_factory):
     from distsdfg.testing.mpirun import launch_cases
-    return launch_cases(2, EMULATED, tmp_path_factory.mktemp("device_args"), module="distsdfg.testing.gpu_emulated")
+    folder = tmp_path_factory.mktemp("device_args")
+    results = launch_cases(2, EMULATED, folder, module="distsdfg.testing.gpu_emulated")
+    return results, [open(p).read() for p in glob.glob(str(folder / ".dacecache" / "*" / "src" / "cpu" / "*.cpp"))]
 
 
 @pytest.mark.parametrize("case", EMULATED)
 def test_emulated_variant_on_two_ranks(emulated_job, case):
     from distsdfg.testing.mpirun import bytes_mismatch
-    r = emulated_job[case]
+    r = emulated_job[0][case]
     assert "error" not in r, r.get("trace", r.get("error"))
     assert r["shape_ok"] and r["rel_err"] <= 1e-10, r
     assert bytes_mismatch(r) is None, bytes_mismatch(r)
-    if case.startswith("staged"):
+    if case.endswith("=1,1,1"):
         assert all(sum(s["sent"]) == 0 for s in r["report"])      # one rank: nothing moves
+
+
+def test_emulated_variants_run_the_device_global_code_paths(emulated_job):
+    """The variants' steps on rank 0's device arrays run the runtime's device-global code (``GD``) of
+    both device policies, over host memory."""
+    texts = emulated_job[1]
+    assert any("distsdfg::EmulatedStagedMem, true>" in t for t in texts)
+    assert any("distsdfg::EmulatedDeviceMem, true>" in t for t in texts)
 
 
 def test_warm_calls_pass_device_pointers_on_the_fast_path():

@@ -115,6 +115,13 @@ int main() {
         std::vector<double> c3(buf);
         EmulatedStagedMem::combine(nd, op, c3.data(), shape, origin, start, size, in.data());
         if (c1 != c3) { std::printf("staged combine differs at trial %d\n", trial); return 1; }
+        // complex numbers: no kernel of theirs, the host combines (sum or product)
+        std::vector<std::complex<double>> z(buf.begin(), buf.end()), zin(in.begin(), in.end()), z1, z2;
+        for (size_t i = 0; i < z.size(); ++i) z[i] += std::complex<double>(0, double(i % 5));
+        z1 = z, z2 = z;
+        HostMem::combine(nd, 1 + op % 2, z1.data(), shape, origin, start, size, zin.data());
+        EmulatedDeviceMem::combine(nd, 1 + op % 2, z2.data(), shape, origin, start, size, zin.data());
+        if (z1 != z2) { std::printf("complex combine differs at trial %d\n", trial); return 1; }
         // HostMem::copy (a rank's message to itself, no staging buffer) into a larger buffer
         // around the box must equal packing the box and unpacking it there.
         int64_t dshape[4], dorigin[4];
@@ -269,3 +276,47 @@ int main() {
 def test_device_policy_reuses_its_temporaries(tmp_path):
     # 4 blocks (2 of one class, 2 others) made in the first pass and none later; all 4 cached, then released
     assert _run_driver(tmp_path, POOL) == "ok 4 4 4 0\n"
+
+
+CUDA_POLICIES = r"""
+#include "distsdfg_runtime.h"
+#include "distsdfg_runtime_cuda.h"
+using namespace distsdfg;
+
+// Every step of every element type through both CUDA policies, with the global array on the host
+// and in device memory (a device-argument variant): what a GPU program's steps instantiate.
+template <typename T> void all(const int64_t* plan, T* a, MPI_Comm c) {
+    run_step<T, StagedDeviceMem>(plan, 0, a, a, c);
+    run_step<T, StagedDeviceMem, true>(plan, 0, a, a, c);
+    run_step<T, DeviceMem>(plan, 0, a, a, c);
+    run_step<T, DeviceMem, true>(plan, 0, a, a, c);
+}
+int main() {
+    static_assert(!StagedDeviceMem::mpi_local && StagedDeviceMem::tmp_host, "staged: MPI on host temporaries");
+    static_assert(DeviceMem::mpi_local && !DeviceMem::tmp_host, "CUDA-aware: MPI on device buffers");
+    static_assert(device_kind<double>() == 1 && device_kind<bool>() == 10 && device_kind<int64_t>() == 8 &&
+                  device_kind<uint8_t>() == 3 && device_kind<std::complex<float>>() == -1, "kinds");
+    int64_t plan[1] = {0};
+    all<float>(plan, nullptr, MPI_COMM_WORLD);
+    all<double>(plan, nullptr, MPI_COMM_WORLD);
+    all<int32_t>(plan, nullptr, MPI_COMM_WORLD);
+    all<int64_t>(plan, nullptr, MPI_COMM_WORLD);
+    all<bool>(plan, nullptr, MPI_COMM_WORLD);
+    all<std::complex<double>>(plan, nullptr, MPI_COMM_WORLD);
+    return 0;
+}
+"""
+
+
+def test_cuda_policies_compile_for_every_step_and_element_type(tmp_path):
+    """The CUDA header's policies (host-compiled, as in a GPU program's C++ source) with the CUDA
+    runtime's header: syntax and types only, no GPU needed (skipped without the CUDA headers)."""
+    from distsdfg.lowering.gpu import _cuda_include_dirs
+    dirs = [d for d in _cuda_include_dirs() if os.path.exists(os.path.join(d, "cuda_runtime.h"))]
+    if not dirs:
+        pytest.skip("no cuda_runtime.h (CUDA toolkit) here")
+    src = tmp_path / "cuda_policies.cpp"
+    src.write_text(CUDA_POLICIES)
+    proc = subprocess.run([_mpicxx(), "-std=c++17", "-fsyntax-only", f"-I{INCLUDE_DIR}", f"-I{dirs[0]}", str(src)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]

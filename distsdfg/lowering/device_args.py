@@ -12,16 +12,15 @@ with ``__cuda_array_interface__`` for a ``GPU_Global`` argument and returns CuPy
   would copy a whole device argument into a kernel's buffer, or a kernel's whole result into a
   device result, is removed and the kernel reads and writes the caller's buffer
   (``optimize.alias_whole_blocks`` restricted to the device arrays): a matrix product is one
-  cuBLAS call on the caller's arrays, with nothing copied. The program runs on rank 0 alone.
-  A step that cannot go (an argument also written, a block that is not the whole array) is
-  staged through a pinned host copy of the argument, like any device buffer;
-- ``cuda_aware_mpi=True``, any number of ranks: the steps read and write rank 0's device arrays
-  themselves (``DeviceMem``: boxes copied with ``cudaMemcpy2D``, MPI on device pointers), nothing
-  goes through the host.
+  cuBLAS call on the caller's arrays, with nothing copied. The program runs on rank 0 alone;
+- any number of ranks: the steps read and write rank 0's device arrays themselves (their
+  ``global_device``: the runtime copies boxes of them with ``cudaMemcpy2D`` and never reads them
+  on the host). Staged (the default), rank 0's own block moves device to device and the other
+  ranks' blocks once between device and pinned host memory, where MPI takes them; with
+  ``cuda_aware_mpi=True`` MPI is handed the device arrays, and nothing goes through the host.
 
-Where neither holds (staged communication on more than one rank, distributed placement) there is
-no variant (:func:`variant_arguments` returns ``()``): rank 0 copies each CuPy argument to the
-host once (``.get()``), which the staged steps need anyway, and the results back once.
+With distributed placement there is no variant (:func:`variant_arguments` returns ``()``): each
+rank copies its CuPy blocks to the host once (``.get()``) and the results back once.
 """
 from __future__ import annotations
 
@@ -34,7 +33,7 @@ from dace.transformation import pass_pipeline as ppl
 
 from ..errors import OptionError
 
-__all__ = ["ArgumentsOnDevice", "root_arrays", "variant_arguments", "usable", "take_on_device", "device_storage"]
+__all__ = ["ArgumentsOnDevice", "root_arrays", "variant_arguments", "take_on_device", "device_storage"]
 
 
 def root_arrays(sdfg: SDFG, low=None) -> FrozenSet[str]:
@@ -50,24 +49,14 @@ def root_arrays(sdfg: SDFG, low=None) -> FrozenSet[str]:
 def variant_arguments(sdfg: SDFG, low, devices: Iterable[str]) -> Tuple[str, ...]:
     """The arrays the device variant of the lowered ``sdfg`` takes in device memory for a call whose
     arguments ``devices`` are CuPy arrays: those and every result, sorted; ``()`` when the call
-    goes through the host (no device argument, a CPU program, distributed placement, or staged
-    communication between several ranks)."""
+    goes through the host (no device argument, a CPU program, or distributed placement)."""
     if low.target != "gpu" or low.device_args or low.boundary:
-        return ()
-    if low.comm != "device" and low.nprocs != 1:
         return ()
     roots = root_arrays(sdfg, low)
     picked = roots & frozenset(devices)
     if not picked:
         return ()
     return tuple(sorted(picked | {n for n in roots if n.startswith("__return")}))
-
-
-def usable(low, comm_size: int) -> bool:
-    """Whether a lowered variant can run on ``comm_size`` ranks: its steps touch rank 0's device
-    arrays only on rank 0 (it runs there alone, or on one rank, or every step is on device memory,
-    where other ranks hand MPI a pointer it never follows)."""
-    return low.rank0_only or comm_size == 1 or low.comm == "device"
 
 
 def device_storage(sdfg: SDFG, names: Iterable[str]) -> int:

@@ -294,11 +294,8 @@ class OffloadKernels(ppl.Pass):
             desc.storage = dtypes.StorageType.GPU_Global
             persist(sdfg, desc, known)
         self._check_host_code(sdfg)
-        if self.cuda_aware_mpi:
-            DeviceBufferComm("device").apply_pass(sdfg, {})
-        else:
-            self._stage_device_args(sdfg, DistributedMemlet)
-            DeviceBufferComm("staged").apply_pass(sdfg, {})
+        self._mark_device_globals(sdfg)
+        DeviceBufferComm("device" if self.cuda_aware_mpi else "staged").apply_pass(sdfg, {})
         return count
 
     @staticmethod
@@ -323,58 +320,23 @@ class OffloadKernels(ppl.Pass):
                                 f"the GPU; use target='cpu' for this program")
 
     @staticmethod
-    def _stage_device_args(sdfg: SDFG, dm_type):
-        """Put a pinned host copy between every DistributedMemlet and the caller's device arrays it
-        reads or writes (a device-argument variant's steps that could not be removed): the runtime
-        reads and writes the global arrays of rank 0 on the host. The ranks' own device buffers
-        (transients) go to the steps as they are.
-
-        A step that reads and writes one array (in place) gets one host copy; a step that leaves
-        part of its output as it was starts from a copy of the array's current value, taken from
-        the node it is ordered after.
-        """
-        known = program_symbols(sdfg)     # host copies have their buffers' sizes: no new symbols
+    def _mark_device_globals(sdfg: SDFG) -> int:
+        """Mark the steps whose global array (a scatter's source, a gather's or reduce's target) is in
+        device memory: the caller's CuPy arrays in a device-argument variant, and views of them. The
+        runtime then touches that array only through the step's device copies (``GD`` in
+        ``distsdfg_runtime.h``); returns how many steps."""
+        count = 0
         for state in sdfg.states():
-            for dm in [n for n in state.nodes() if isinstance(n, dm_type)]:
-                hosts = {}
-
-                def host_of(name):
-                    if name not in hosts:
-                        desc = sdfg.arrays[name]
-                        hosts[name] = sdfg.add_array(f"{name}_host", desc.shape, desc.dtype, transient=True,
-                                                     offset=desc.offset, find_new_name=True,
-                                                     storage=dtypes.StorageType.CPU_Pinned)[0]
-                        persist(sdfg, sdfg.arrays[hosts[name]], known)
-                    return hosts[name]
-
-                def on_gpu(n):
-                    return (isinstance(n, nodes.AccessNode) and not sdfg.arrays[n.data].transient
-                            and sdfg.arrays[n.data].storage == dtypes.StorageType.GPU_Global)
-
-                for e in list(state.in_edges(dm)):
-                    if e.data.is_empty() or not on_gpu(e.src):
-                        continue
-                    h = state.add_access(host_of(e.src.data))
-                    state.add_edge(e.src, None, h, None, dace.Memlet.from_array(e.src.data, sdfg.arrays[e.src.data]))
-                    state.add_edge(h, None, dm, e.dst_conn, dace.Memlet.from_array(h.data, sdfg.arrays[h.data]))
-                    state.remove_edge(e)
-                for e in list(state.out_edges(dm)):
-                    if e.data.is_empty() or not on_gpu(e.dst):
-                        continue
-                    name = e.dst.data
-                    fresh = name not in hosts
-                    host = host_of(name)
-                    if fresh:
-                        for before in [o.src for o in state.in_edges(dm) if o.data.is_empty() and on_gpu(o.src)
-                                       and o.src.data == name]:
-                            pre = state.add_access(host)
-                            state.add_edge(before, None, pre, None,
-                                           dace.Memlet.from_array(name, sdfg.arrays[name]))
-                            state.add_nedge(pre, dm, dace.Memlet())
-                    h = state.add_access(host)
-                    state.add_edge(dm, e.src_conn, h, None, dace.Memlet.from_array(host, sdfg.arrays[host]))
-                    state.add_edge(h, None, e.dst, None, dace.Memlet.from_array(name, sdfg.arrays[name]))
-                    state.remove_edge(e)
+            for n in state.nodes():
+                if not isinstance(n, DistributedMemlet) or n.kind not in ("scatter", "gather", "reduce"):
+                    continue
+                conn = "_in" if n.kind == "scatter" else "_out"
+                edges = [e for e in (state.in_edges(n) if conn == "_in" else state.out_edges(n))
+                         if (e.dst_conn if conn == "_in" else e.src_conn) == conn]
+                n.global_device = any(sdfg.arrays[e.data.data].storage == dtypes.StorageType.GPU_Global
+                                      for e in edges if not e.data.is_empty())
+                count += n.global_device
+        return count
 
 
 def emulate_on_host(sdfg: SDFG) -> SDFG:

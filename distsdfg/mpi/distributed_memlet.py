@@ -38,8 +38,8 @@ class ExpandDistributedMemletMPI(ExpandTransformation):
                 src = "&_in"
             else:
                 ins["_in"] = dace.pointer(desc.dtype)
-        code = (f"distsdfg::run_step<{ctype}, distsdfg::{BUFFERS[node.buffers]}>(_plan, {node.step}, {src}, _out, "
-                f"MPI_Comm_f2c(_comm));")
+        policy = f"distsdfg::{BUFFERS[node.buffers]}" + (", true" if node.global_device else "")
+        code = f"distsdfg::run_step<{ctype}, {policy}>(_plan, {node.step}, {src}, _out, MPI_Comm_f2c(_comm));"
         return dace.sdfg.nodes.Tasklet(node.name, ins, {"_out": dace.pointer(desc.dtype)}, code,
                                        language=dtypes.Language.CPP, side_effects=True)
 
@@ -61,7 +61,8 @@ class DistributedMemlet(dace.sdfg.nodes.LibraryNode):
     computed by distsdfg.values.plan.
     ``buffers="staged"`` or ``"device"``: the local buffers are a GPU's, with MPI on host
     temporaries or handed the GPU buffers (CUDA-aware MPI); set by
-    ``distsdfg.lowering.gpu.DeviceBufferComm``.
+    ``distsdfg.lowering.gpu.DeviceBufferComm``. ``global_device``: the global array (``_in`` of a
+    scatter, ``_out`` of a gather or reduce) is the caller's device array; set by ``OffloadKernels``.
     """
 
     implementations = {"MPI": ExpandDistributedMemletMPI, "MPI_CUDA": ExpandDistributedMemletCUDA}
@@ -73,6 +74,8 @@ class DistributedMemlet(dace.sdfg.nodes.LibraryNode):
     buffers = dace.properties.Property(dtype=str, default="host",
                                        desc="Where the local buffers live: host | staged | device | emulated | emulated-staged "
                                             "(see BUFFERS)")
+    global_device = dace.properties.Property(dtype=bool, default=False,
+                                             desc="Rank 0's global array is in device memory (a device-argument variant)")
 
     def __init__(self, name, step=0, kind="scatter", array="", has_input=True, *args, **kwargs):
         inputs = {"_plan", "_comm", "_in"} if has_input else {"_plan", "_comm"}

@@ -26,5 +26,6 @@ class DistSDFGRuntime:
 
 @dace.library.environment
 class DistSDFGRuntimeCUDA(DistSDFGRuntime):
-    """The runtime for steps on device buffers (CUDA-aware MPI); the program links CUDA already."""
-    headers = ["distsdfg_runtime.h", "distsdfg_runtime_cuda.h"]
+    """The runtime for steps on a GPU program's device buffers; the program links CUDA already. Its
+    CUDA source gets the runtime's kernels (partial sums combined on the device)."""
+    headers = {"frame": ["distsdfg_runtime.h", "distsdfg_runtime_cuda.h"], "cuda": ["distsdfg_runtime_kernels.cuh"]}

@@ -223,10 +223,9 @@ class DistributedProgram:
     def device_variant(self, names: Tuple[str, ...]) -> Optional["DistributedProgram"]:
         """Collective: the variant of this GPU program that takes the arrays ``names`` in device
         memory (``distsdfg.lowering.device_args``), lowered and compiled at its first use on every
-        rank; None where it cannot run on this communicator or the lowering refuses it (the call
-        then goes through the host)."""
+        rank (its steps touch rank 0's device arrays only on rank 0; other ranks pass stand-ins); None
+        where the lowering refuses it (the call then goes through the host)."""
         if names not in self._variants:
-            from ..lowering.device_args import usable
             from ..lowering.pipeline import lower_sdfg
             low = self.lowered
             try:
@@ -234,9 +233,8 @@ class DistributedProgram:
                                   device_args=names)
             except errors.UnsupportedProgramError:
                 sdfg = None
-            ok = sdfg is not None and usable(sdfg._distsdfg, self.comm.size)
-            self._variants[names] = compile_distributed(sdfg, comm=self.comm,
-                                                        threads_per_rank=self.threads_per_rank) if ok else None
+            self._variants[names] = compile_distributed(sdfg, comm=self.comm, threads_per_rank=self.threads_per_rank) \
+                if sdfg is not None else None
         return self._variants[names]
 
     def _checked(self, kwargs, arrays, given, P):

@@ -17,7 +17,7 @@
     namespace distsdfg {                                                                      \
     namespace {                                                                               \
     template <>                                                                               \
-    struct StepRunner<T, HostMem> {                                                           \
+    struct StepRunner<T, HostMem, false> {                                                    \
         static void run(const int64_t* plan, int64_t index, const T* src, T* dst, MPI_Comm comm) { \
             NAME(plan, index, src, dst, comm);                                                \
         }                                                                                     \

@@ -205,6 +205,44 @@ inline void pack_global(const Step& s, const T* global, int64_t q, T* out) {
                      [&](int64_t off, int64_t p, int64_t n) { std::memcpy(out + p, global + off, n * sizeof(T)); });
 }
 
+/// Calls f(offset_in_array, offset_in_packed, width, height, pitch) for the planes of the box
+/// (start, size) of an array with element strides ``strides`` (a strided view): ``height`` rows of
+/// ``width`` elements, ``pitch`` elements apart, packed one after another in row-major order. A row
+/// is a run along the last dimension where its stride is 1, else one element (then the rows run
+/// along the last dimension). A plane whose rows would overlap (pitch < width) is given row by row.
+template <typename F>
+inline void for_planes_strided(int64_t nd, const int64_t* strides, const int64_t* start, const int64_t* size, F f) {
+    for (int64_t d = 0; d < nd; ++d)
+        if (size[d] <= 0) return;
+    if (nd == 0) { f(0, 0, 1, 1, 1); return; }
+    const bool contiguous = strides[nd - 1] == 1;
+    const int64_t r = contiguous ? nd - 2 : nd - 1;     // the rows' dimension (-1: a single run)
+    const int64_t width = contiguous ? size[nd - 1] : 1;
+    const int64_t height = r >= 0 ? size[r] : 1;
+    const int64_t pitch = r >= 0 ? strides[r] : width;
+    const int64_t outer = r >= 0 ? r : 0;
+    int64_t base = 0;
+    for (int64_t d = outer; d < nd; ++d) base += start[d] * strides[d];
+    std::vector<int64_t> idx(outer, 0);
+    int64_t packed = 0;
+    while (true) {
+        int64_t off = base;
+        for (int64_t d = 0; d < outer; ++d) off += (start[d] + idx[d]) * strides[d];
+        if (height > 1 && pitch < width) {
+            for (int64_t h = 0; h < height; ++h) f(off + h * pitch, packed + h * width, width, int64_t(1), width);
+        } else {
+            f(off, packed, width, height, pitch);
+        }
+        packed += width * height;
+        int64_t d = outer - 1;
+        for (; d >= 0; --d) {
+            if (++idx[d] < size[d]) break;
+            idx[d] = 0;
+        }
+        if (d < 0) return;
+    }
+}
+
 /// The same for a row-major buffer of ``shape`` whose element [origin] is at its start.
 template <typename F>
 inline void for_runs(int64_t nd, const int64_t* shape, const int64_t* origin, const int64_t* start,
@@ -267,6 +305,15 @@ struct HostMem {
         });
     }
     template <typename T> static void fill(T* p, int64_t n, T v) { std::fill(p, p + n, v); }
+    /// Rank q's box of rank 0's global array, packed (out) or written from packed values (in).
+    template <typename T> static void pack_global(const Step& s, const T* global, int64_t q, T* out) {
+        distsdfg::pack_global(s, global, q, out);
+    }
+    template <typename T> static void unpack_global(const Step& s, T* global, int64_t q, const T* in) {
+        for_runs_strided(s.ndim(), s.gstrides(), s.start(q), s.size(q),
+                         [&](int64_t off, int64_t p, int64_t n) { std::memcpy(global + off, in + p, n * sizeof(T)); });
+    }
+    template <typename T> static void copy_flat(T* dst, const T* src, int64_t n) { std::memcpy(dst, src, n * sizeof(T)); }
     /// dst[box] = src[box] between two row-major buffers, run by run (no staging buffer).
     template <typename T>
     static void copy(int64_t nd, const T* src, const int64_t* sshape, const int64_t* sorigin, T* dst,
@@ -425,6 +472,8 @@ public:
     size_t size() const { return n_; }
     bool empty() const { return n_ == 0; }
     void swap(PoolBuffer& o) { std::swap(p_, o.p_); std::swap(n_, o.n_); std::swap(cls_, o.cls_); }
+    /// n elements, uninitialised (the old block goes back to the pool).
+    void reset(size_t n) { PoolBuffer(n).swap(*this); }
 };
 
 template <typename Prim, typename Tmp = Prim>
@@ -452,13 +501,20 @@ struct PlaneMem {
             Prim::copy2d(buf + off, pitch * sizeof(T), in + p, w * sizeof(T), w * sizeof(T), h);
         });
     }
-    /// Combined on the host: the box (and the contribution, where it is not host memory already)
-    /// come over, the result goes back.
+    /// Plane by plane where Prim combines in place (a kernel on the GPU: CudaPrim::combine2d), else
+    /// on the host: the box (and the contribution, where it is not host memory already) come over,
+    /// the result goes back.
     template <typename T>
     static void combine(int64_t nd, int64_t op, T* buf, const int64_t* shape, const int64_t* origin,
                         const int64_t* start, const int64_t* size, const T* in) {
         const int64_t n = volume(nd, size);
         if (n == 0) return;
+        if (Prim::combines(op, static_cast<const T*>(buf), in)) {
+            for_planes(nd, shape, origin, start, size, [&](int64_t off, int64_t p, int64_t w, int64_t h, int64_t pitch) {
+                Prim::combine2d(op, buf + off, pitch, in + p, w, h);
+            });
+            return;
+        }
         Array<T> cur(n), add(tmp_host ? 0 : n);
         pack(nd, static_cast<const T*>(buf), shape, origin, start, size, cur.data());
         if (!tmp_host) Prim::copy2d(add.data(), n * sizeof(T), in, n * sizeof(T), n * sizeof(T), 1);
@@ -478,6 +534,24 @@ struct PlaneMem {
             Prim::copy2d(p + done, k * sizeof(T), p, k * sizeof(T), k * sizeof(T), 1);
             done += k;
         }
+    }
+    /// Rank q's box of rank 0's global array where that is in Prim's memory (a device-argument
+    /// variant's CuPy array), packed into ``out`` or written from ``in`` (either in any memory Prim
+    /// copies between), plane by plane.
+    template <typename T> static void pack_global(const Step& s, const T* global, int64_t q, T* out) {
+        for_planes_strided(s.ndim(), s.gstrides(), s.start(q), s.size(q),
+                           [&](int64_t off, int64_t p, int64_t w, int64_t h, int64_t pitch) {
+            Prim::copy2d(out + p, w * sizeof(T), global + off, pitch * sizeof(T), w * sizeof(T), h);
+        });
+    }
+    template <typename T> static void unpack_global(const Step& s, T* global, int64_t q, const T* in) {
+        for_planes_strided(s.ndim(), s.gstrides(), s.start(q), s.size(q),
+                           [&](int64_t off, int64_t p, int64_t w, int64_t h, int64_t pitch) {
+            Prim::copy2d(global + off, pitch * sizeof(T), in + p, w * sizeof(T), w * sizeof(T), h);
+        });
+    }
+    template <typename T> static void copy_flat(T* dst, const T* src, int64_t n) {
+        if (n > 0) Prim::copy2d(dst, n * sizeof(T), src, n * sizeof(T), n * sizeof(T), 1);
     }
 };
 
@@ -501,6 +575,13 @@ struct EmulatedPrim {
             std::memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
     }
     static void sync() {}
+    /// A kernel's combine of one plane, on the host (not for complex numbers, as on a GPU).
+    template <typename T> static bool combines(int64_t, const T*, const T*) { return std::is_arithmetic<T>::value; }
+    template <typename T>
+    static void combine2d(int64_t op, T* dst, int64_t pitch, const T* in, int64_t width, int64_t height) {
+        for (int64_t r = 0; r < height; ++r)
+            for (int64_t c = 0; c < width; ++c) dst[r * pitch + c] = Ops<T>::apply(op, dst[r * pitch + c], in[r * width + c]);
+    }
 };
 using EmulatedDeviceMem = PlaneMem<EmulatedPrim>;
 
@@ -690,8 +771,38 @@ void scatter_root(const Step& s, const T* global, T* local, int64_t loff, MPI_Co
     check(MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE), "Waitall");
 }
 
-template <typename T, typename Mem>
+/// The global array's side of a step: rank 0's array in host memory (GD false), or in the memory of
+/// Mem's local buffers (GD true: a device-argument variant's CuPy array), which only Mem's copies
+/// touch and MPI sees only where it may see local buffers (Mem::mpi_local).
+template <typename Mem, bool GD> struct Global {
+    static_assert(!GD || !std::is_base_of<HostMem, Mem>::value, "a global array in device memory needs a device policy");
+    /// Whether MPI may send from or receive into the global array itself.
+    static constexpr bool mpi = !GD || Mem::mpi_local;
+    template <typename T> static void pack(const Step& s, const T* global, int64_t q, T* out) {
+        if (GD) Mem::pack_global(s, global, q, out); else HostMem::pack_global(s, global, q, out);
+    }
+    template <typename T> static void unpack(const Step& s, T* global, int64_t q, const T* in) {
+        if (GD) Mem::unpack_global(s, global, q, in); else HostMem::unpack_global(s, global, q, in);
+    }
+    /// Rank q's box from the global array into its local buffer, directly (a device-to-device copy
+    /// through a scratch block for a device global; never across the bus).
+    template <typename T>
+    static void to_local(const Step& s, const T* global, int64_t q, T* local) {
+        typename Mem::template Scratch<T> tmp(s.count(q));
+        pack(s, global, q, tmp.data());
+        Mem::unpack(s.ndim(), local, s.lshape(), s.origin(q), s.start(q), s.size(q), static_cast<const T*>(tmp.data()));
+    }
+    template <typename T>
+    static void from_local(const Step& s, const T* local, int64_t q, T* global) {
+        typename Mem::template Scratch<T> tmp(s.count(q));
+        Mem::pack(s.ndim(), local, s.lshape(), s.origin(q), s.start(q), s.size(q), tmp.data());
+        unpack(s, global, q, static_cast<const T*>(tmp.data()));
+    }
+};
+
+template <typename T, typename Mem, bool GD = false>
 void scatter(const Step& s, const T* global, T* local, Context& ctx) {
+    using G = Global<Mem, GD>;
     const int me = ctx.rank;
     MPI_Datatype ty = mpi_type(s.dtype());
     const int64_t n = s.count(me);
@@ -706,22 +817,28 @@ void scatter(const Step& s, const T* global, T* local, Context& ctx) {
         scatter_root(s, global, local, loff, pc, rc);
         return;
     }
-    typename Mem::template Buffer<T> mine(loff < 0 ? n : 0);
+    // Rank 0's block of a device global goes straight into its device buffer when MPI must not see
+    // either and no replica waits for it.
+    const bool own_direct = GD && !Mem::mpi_local && me == 0 && s.pcolor(me) >= 0 &&
+                            !((s.flags() & F_REPL) && s.rcolor(me) >= 0);
+    typename Mem::template Buffer<T> mine(loff < 0 && !own_direct ? n : 0);
     T* recv = loff < 0 ? mine.data() : local + loff;
-    // Whether the runtime may write ``recv`` itself (host memory).
-    const bool recv_host = loff < 0 ? Mem::tmp_host : std::is_base_of<HostMem, Mem>::value;
+    // Whether the runtime may write ``recv`` itself (host memory; any memory for a device global,
+    // whose copies go through Mem).
+    const bool recv_host = GD || (loff < 0 ? Mem::tmp_host : std::is_base_of<HostMem, Mem>::value);
     if (s.pcolor(me) >= 0) {
         auto mem = members(s, true, s.pcolor(me));
         std::vector<int> counts(mem.size()), displs;
-        Array<T> sendbuf;
+        // the blocks packed for MPI: in host memory from a host global, in Mem's temporaries from a device one
+        typename std::conditional<GD, typename Mem::template Buffer<T>, Array<T>>::type sendbuf;
         const T* send = global;
         bool in_place = false;
         if (me == 0) {
             for (size_t i = 0; i < mem.size(); ++i) counts[i] = int(s.count(mem[i]));
-            displs = global_displs(s, mem);     // send from the global array itself
+            if (G::mpi) displs = global_displs(s, mem);     // send from the global array itself
             if (displs.empty()) {               // else pack the blocks one after another
                 // (all but mine where it can go straight where it belongs)
-                in_place = recv_host;
+                in_place = recv_host || own_direct;
                 int64_t total = 0;
                 displs.resize(mem.size());
                 for (size_t i = 0; i < mem.size(); ++i) {
@@ -731,8 +848,9 @@ void scatter(const Step& s, const T* global, T* local, Context& ctx) {
                 }
                 sendbuf.reset(total);
                 for (size_t i = 0; i < mem.size(); ++i)
-                    if (!(in_place && mem[i] == me)) pack_global(s, global, mem[i], sendbuf.data() + displs[i]);
-                if (in_place) pack_global(s, global, int64_t(me), recv);
+                    if (!(in_place && mem[i] == me)) G::pack(s, global, mem[i], sendbuf.data() + displs[i]);
+                if (own_direct) G::to_local(s, global, int64_t(me), local);
+                else if (in_place) G::pack(s, global, int64_t(me), recv);
                 send = total > 0 ? sendbuf.data() : global;     // never null (see scatter_root)
             }
         }
@@ -746,23 +864,66 @@ void scatter(const Step& s, const T* global, T* local, Context& ctx) {
         check(MPI_Ibcast(recv, int(n), ty, 0, rc, &req), "Ibcast");
         check(MPI_Wait(&req, MPI_STATUS_IGNORE), "Wait");
     }
-    if (loff < 0) Mem::unpack(s.ndim(), local, s.lshape(), s.origin(me), s.start(me), s.size(me), mine.data());
+    if (loff < 0 && !own_direct) Mem::unpack(s.ndim(), local, s.lshape(), s.origin(me), s.start(me), s.size(me), mine.data());
 }
 
-template <typename T, typename Mem>
+/// Rank 0's receipt of a gather or reduce into its host global array: member i's block (rank
+/// mem[i]) at ``recvbuf + displs[i]``, rank 0's own from ``send`` where ``own``; combined with what
+/// the array holds for an accumulation (F_ACC), the first writer taking a masked element (F_MASK),
+/// or written only where it changed (F_MERGE, against the array as it was).
+template <typename T>
+void receive_global(const Step& s, const std::vector<int64_t>& mem, const std::vector<int>& displs, const T* recvbuf,
+                    bool own, const T* send, T* global, bool reduce) {
+    const int me = 0;
+    const bool acc = s.flags() & F_ACC, merge = s.flags() & F_MERGE, mask = s.flags() & F_MASK;
+    const int64_t nd = s.ndim();
+    const int64_t gsize = s.gextent();
+    Array<T> snapshot;
+    std::vector<char> seen;
+    if (merge) snapshot.assign(global, global + gsize);
+    if (mask) seen.assign(gsize, 0);
+    for (size_t i = 0; i < mem.size(); ++i) {
+        int64_t q = mem[i];
+        const T* src = own && q == me ? send : recvbuf + displs[i];
+        for_runs_strided(nd, s.gstrides(), s.start(q), s.size(q), [&](int64_t off, int64_t p, int64_t len) {
+            for (int64_t j = 0; j < len; ++j) {
+                T v = src[p + j];
+                T& g = global[off + j];
+                if (reduce && acc) {
+                    g = Ops<T>::apply(s.op(), g, v);
+                } else if (reduce && mask) {
+                    g = seen[off + j] ? Ops<T>::apply(s.op(), g, v) : v;
+                    seen[off + j] = 1;
+                } else if (merge) {
+                    if (std::memcmp(&v, &snapshot[off + j], sizeof(T)) != 0) g = v;
+                } else {
+                    g = v;
+                }
+            }
+        });
+    }
+}
+
+template <typename T, typename Mem, bool GD = false>
 void gather(const Step& s, const T* local, T* global, Context& ctx, bool reduce) {
+    using G = Global<Mem, GD>;
     const int me = ctx.rank;
     MPI_Datatype ty = mpi_type(s.dtype());
     const int64_t n = s.count(me);
-    // Send straight from the local buffer when my block is one run of it (and MPI may use it).
-    const int64_t loff = Mem::mpi_local ? dense_run(s.ndim(), s.lshape(), s.origin(me), s.start(me), s.size(me)) : -1;
-    typename Mem::template Buffer<T> mine(loff < 0 ? n : 0);
-    if (loff < 0) Mem::pack(s.ndim(), local, s.lshape(), s.origin(me), s.start(me), s.size(me), mine.data());
-    const T* send = loff < 0 ? mine.data() : local + loff;
+    const bool acc = s.flags() & F_ACC, merge = s.flags() & F_MERGE, mask = s.flags() & F_MASK;
+    const bool plain = !merge && !(reduce && (acc || mask));
     MPI_Comm pc = split(s, true, ctx);
     MPI_Comm rc = (s.flags() & F_REPL) ? split(s, false, ctx) : MPI_COMM_NULL;
     int rsize = 0;
     if (reduce && (s.flags() & F_REPL) && s.rcolor(me) >= 0) check(MPI_Comm_size(rc, &rsize), "Comm_size");
+    // Rank 0's block goes straight from its device buffer into a device global when MPI must not
+    // see either and nothing is combined with it first.
+    const bool own_direct = GD && !Mem::mpi_local && me == 0 && s.pcolor(me) >= 0 && plain && rsize <= 1;
+    // Send straight from the local buffer when my block is one run of it (and MPI may use it).
+    const int64_t loff = Mem::mpi_local ? dense_run(s.ndim(), s.lshape(), s.origin(me), s.start(me), s.size(me)) : -1;
+    typename Mem::template Buffer<T> mine(loff < 0 && !own_direct ? n : 0);
+    if (loff < 0 && !own_direct) Mem::pack(s.ndim(), local, s.lshape(), s.origin(me), s.start(me), s.size(me), mine.data());
+    const T* send = loff < 0 ? mine.data() : local + loff;
     if (rsize > 1) {        // (a group of one has nothing to combine: no copy)
         typename Mem::template Buffer<T> red(s.rkey(me) == 0 ? n : 0);
         check(MPI_Reduce(send, red.data(), int(n), ty, mpi_op(s.op(), ty), 0, rc), "Reduce");
@@ -780,8 +941,7 @@ void gather(const Step& s, const T* local, T* global, Context& ctx, bool reduce)
         displs[i] = int(total);
         total += counts[i];
     }
-    const bool acc = s.flags() & F_ACC, merge = s.flags() & F_MERGE, mask = s.flags() & F_MASK;
-    if (me == 0 && !merge && !(reduce && (acc || mask))) {     // a plain copy: receive in place if we can
+    if (me == 0 && plain && G::mpi) {     // a plain copy: receive in place if we can
         std::vector<int> direct = global_displs(s, mem);
         if (!direct.empty() && !overlaps(send, n, static_cast<const T*>(global), s.gextent())) {
             check(MPI_Gatherv(send, int(n), ty, global, counts.data(), direct.data(), ty, 0, pc), "Gatherv");
@@ -789,10 +949,11 @@ void gather(const Step& s, const T* local, T* global, Context& ctx, bool reduce)
         }
     }
     // A plain copy keeps rank 0's own block out of the receive buffer: it is unpacked from ``send``
-    // (where that is host memory: the local buffer on the host, or a host temporary).
-    const bool send_host = loff < 0 ? Mem::tmp_host : std::is_base_of<HostMem, Mem>::value;
-    const bool own = send_host && me == 0 && !merge && !(reduce && (acc || mask)) &&
-                     !overlaps(send, n, static_cast<const T*>(global), s.gextent());
+    // (where that is host memory: the local buffer on the host, or a host temporary; any memory
+    // for a device global, which Mem's copies write), or straight from the local buffer.
+    const bool send_host = GD || (loff < 0 ? Mem::tmp_host : std::is_base_of<HostMem, Mem>::value);
+    const bool own = own_direct || (send_host && me == 0 && plain &&
+                                    !overlaps(send, n, static_cast<const T*>(global), s.gextent()));
     if (own) {
         // Rank 0's own block takes no room in the receive buffer (MPI_IN_PLACE, a count of 0): when
         // the others send nothing (blocks that are empty, uneven splits), the buffer is empty and
@@ -804,36 +965,26 @@ void gather(const Step& s, const T* local, T* global, Context& ctx, bool reduce)
             else counts[i] = 0;
         }
     }
-    Array<T> recvbuf;
+    // (a device global's blocks arrive in Mem's temporaries, a host global's in host memory)
+    typename std::conditional<GD, typename Mem::template Buffer<T>, Array<T>>::type recvbuf;
     if (me == 0) recvbuf.reset(total);
     check(MPI_Gatherv(own ? MPI_IN_PLACE : static_cast<const void*>(send), int(n), ty, recvbuf.data(), counts.data(),
                       displs.data(), ty, 0, pc), "Gatherv");
     if (me != 0) return;
-    const int64_t nd = s.ndim();
-    const int64_t gsize = s.gextent();
-    Array<T> snapshot;
-    std::vector<char> seen;
-    if (merge) snapshot.assign(global, global + gsize);
-    if (mask) seen.assign(gsize, 0);
-    for (size_t i = 0; i < mem.size(); ++i) {
-        int64_t q = mem[i];
-        const T* src = own && q == me ? send : recvbuf.data() + displs[i];
-        for_runs_strided(nd, s.gstrides(), s.start(q), s.size(q), [&](int64_t off, int64_t p, int64_t len) {
-            for (int64_t j = 0; j < len; ++j) {
-                T v = src[p + j];
-                T& g = global[off + j];
-                if (reduce && acc) {
-                    g = Ops<T>::apply(s.op(), g, v);
-                } else if (reduce && mask) {
-                    g = seen[off + j] ? Ops<T>::apply(s.op(), g, v) : v;
-                    seen[off + j] = 1;
-                } else if (merge) {
-                    if (std::memcmp(&v, &snapshot[off + j], sizeof(T)) != 0) g = v;
-                } else {
-                    g = v;
-                }
-            }
-        });
+    if (!GD) {
+        receive_global(s, mem, displs, static_cast<const T*>(recvbuf.data()), own, send, global, reduce);
+    } else if (plain) {     // each block copied into the device global
+        for (size_t i = 0; i < mem.size(); ++i) {
+            if (mem[i] == me && own_direct) G::from_local(s, local, int64_t(me), global);
+            else G::unpack(s, global, mem[i], own && mem[i] == me ? send : recvbuf.data() + displs[i]);
+        }
+    } else {        // combined on the host: the global's extent comes over and goes back
+        const int64_t gsize = s.gextent();
+        Array<T> host(gsize), blocks(total);
+        Mem::copy_flat(host.data(), static_cast<const T*>(global), gsize);
+        Mem::copy_flat(blocks.data(), static_cast<const T*>(recvbuf.data()), total);
+        receive_global(s, mem, displs, static_cast<const T*>(blocks.data()), false, send, host.data(), reduce);
+        Mem::copy_flat(global, static_cast<const T*>(host.data()), gsize);
     }
 }
 
@@ -1281,10 +1432,10 @@ inline const char* kind_name(int64_t kind) {
     }
 }
 
-/// Runs step ``index`` of ``plan`` on local buffers that ``Mem`` can touch. (A class, so that a
-/// program can replace the host steps of an element type by a prebuilt library's:
-/// distsdfg_host_steps.h.)
-template <typename T, typename Mem>
+/// Runs step ``index`` of ``plan`` on local buffers that ``Mem`` can touch; ``GD``: rank 0's global
+/// array is in the local buffers' memory too (see Global). (A class, so that a program can replace
+/// the host steps of an element type by a prebuilt library's: distsdfg_host_steps.h.)
+template <typename T, typename Mem, bool GD = false>
 struct StepRunner {
     static void run(const int64_t* plan, int64_t index, const T* src, T* dst, MPI_Comm comm) {
         Step s{plan + plan[1 + index]};
@@ -1296,9 +1447,9 @@ struct StepRunner {
         const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
         Mem::begin();
         switch (s.kind()) {
-            case SCATTER: scatter<T, Mem>(s, src, dst, ctx); break;
-            case GATHER: gather<T, Mem>(s, src, dst, ctx, false); break;
-            case REDUCE: gather<T, Mem>(s, src, dst, ctx, true); break;
+            case SCATTER: scatter<T, Mem, GD>(s, src, dst, ctx); break;
+            case GATHER: gather<T, Mem, GD>(s, src, dst, ctx, false); break;
+            case REDUCE: gather<T, Mem, GD>(s, src, dst, ctx, true); break;
             case FILL: fill<T, Mem>(s, dst, ctx.rank); break;
             case REDIST: redist<T, Mem>(Redist{s.t}, src, dst, ctx); break;
             default: throw std::runtime_error("distsdfg: unknown step kind");
@@ -1315,10 +1466,10 @@ struct StepRunner {
 
 /// Runs step ``index`` of ``plan`` (``plan[0]`` steps, ``plan[1 + i]`` the offset of step i) on
 /// local buffers that ``Mem`` can touch (HostMem: host memory; DeviceMem: device memory), over
-/// the caller's communicator ``comm``.
-template <typename T, typename Mem = HostMem>
+/// the caller's communicator ``comm``; ``GD``: rank 0's global array is device memory too.
+template <typename T, typename Mem = HostMem, bool GD = false>
 void run_step(const int64_t* plan, int64_t index, const T* src, T* dst, MPI_Comm comm) {
-    StepRunner<T, Mem>::run(plan, index, src, dst, comm);
+    StepRunner<T, Mem, GD>::run(plan, index, src, dst, comm);
 }
 
 }  // namespace

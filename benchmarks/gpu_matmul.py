@@ -9,8 +9,9 @@ returned on the host (the time includes the host-device copies). "device": CuPy 
 the GPU in, a CuPy array out (distsdfg runs its device-argument variant,
 ``distsdfg.lowering.device_args``: at one rank cuBLAS on the caller's buffers, nothing copied);
 CuPy's figure is the upper bound of what any program could reach. With ``mpiexec -n P`` the
-distsdfg rows split the product's rows P ways (device arguments then go through the host unless
-``--cuda-aware``). Each figure is the median of ``--repeats`` calls after one warm-up call (the
+distsdfg rows split the product's rows P ways (device arguments: the steps scatter from and gather
+into rank 0's CuPy arrays, through pinned host temporaries, or with ``--cuda-aware`` by MPI itself).
+Each figure is the median of ``--repeats`` calls after one warm-up call (the
 first distsdfg call with CuPy arrays compiles the variant), for float32 and float64; GFLOP/s counts
 2 n^3 flops. The distsdfg results are checked against NumPy on 64 rows; ``vs_cupy`` is the
 throughput relative to CuPy's figure for the same contract (``all`` only).

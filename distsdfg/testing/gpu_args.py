@@ -10,8 +10,8 @@ Uses CuPy arrays on rank 0 when CuPy imports, NumPy arrays otherwise; rank 0 wri
 record per check (``kind`` is the array module of what came back; ``host_copies``: how many CuPy
 arguments the call copied to the host, ``distsdfg.runtime.program.to_host``, the only place
 distsdfg does; ``variant``: whether the call ran the device-argument variant,
-``distsdfg.lowering.device_args``). At one rank CuPy calls copy nothing; on more ranks (staged
-communication) each CuPy argument is copied to the host once.
+``distsdfg.lowering.device_args``). CuPy calls run the variant and copy no argument to the host, on
+any number of ranks.
 """
 import json
 import sys

@@ -9,10 +9,10 @@ step sends from the device into a pinned host temporary and each box it receives
 (``cudaMemcpy2D``), so a halo exchange moves its halo rows between device and host, not the
 whole block. With ``cuda_aware_mpi=True`` MPI is handed the GPU buffers directly (``DeviceMem``:
 temporaries in device memory), which needs an MPI built with CUDA support
-(:func:`require_cuda_aware_mpi` checks before a call). Device and staging buffers are allocated
-once per program (persistent), not on every call. Programs with loops, branches or distributed
-placement keep their home buffers on the device for the whole call; the steps inside loops are
-staged (or on device buffers) like the others; loop conditions read only host arrays, which the
+(:func:`require_cuda_aware_mpi` checks before a call). Device buffers are allocated once per
+program (persistent), not on every call; the steps' temporaries come from the runtime's cache.
+Programs with loops, branches or distributed placement keep their home buffers on the device for
+the whole call; the steps inside loops work on them like the others; loop conditions read only host arrays, which the
 steps fill. :func:`emulate_on_host` runs a GPU lowering on the host, for tests without a GPU.
 ``OffloadKernels(device_args=...)`` leaves the caller's CuPy arrays in the variant that takes them
 (``distsdfg.lowering.device_args``) in ``GPU_Global`` memory, where kernels may use them directly.
@@ -35,7 +35,6 @@ import stat
 import subprocess
 from typing import Optional
 
-import dace
 from dace import data as dt
 from dace import dtypes
 from dace.sdfg import SDFG, nodes
@@ -330,9 +329,10 @@ class OffloadKernels(ppl.Pass):
             for n in state.nodes():
                 if not isinstance(n, DistributedMemlet) or n.kind not in ("scatter", "gather", "reduce"):
                     continue
-                conn = "_in" if n.kind == "scatter" else "_out"
-                edges = [e for e in (state.in_edges(n) if conn == "_in" else state.out_edges(n))
-                         if (e.dst_conn if conn == "_in" else e.src_conn) == conn]
+                if n.kind == "scatter":
+                    edges = [e for e in state.in_edges(n) if e.dst_conn == "_in"]
+                else:
+                    edges = [e for e in state.out_edges(n) if e.src_conn == "_out"]
                 n.global_device = any(sdfg.arrays[e.data.data].storage == dtypes.StorageType.GPU_Global
                                       for e in edges if not e.data.is_empty())
                 count += n.global_device
@@ -343,11 +343,10 @@ def emulate_on_host(sdfg: SDFG) -> SDFG:
     """Make a program lowered with ``target="gpu"`` run on the host with the GPU lowering's data flow
     unchanged, to test that data flow without a GPU (``distsdfg.testing.gpu_emulated``).
 
-    Device and pinned buffers become host buffers, kernels host maps and host library nodes, and the
-    staging copies plain copies; staged steps run their code path on host memory
-    (``EmulatedStagedMem``: every box packed into a temporary for MPI), steps on device buffers
-    (``cuda_aware_mpi=True``) theirs (``EmulatedDeviceMem``). Returns ``sdfg``, renamed (``..._emu``) and marked
-    for the CPU."""
+    Device buffers become host buffers, kernels host maps and host library nodes; staged steps run
+    their code path on host memory (``EmulatedStagedMem``: every box packed into a temporary for
+    MPI), steps on device buffers (``cuda_aware_mpi=True``) theirs (``EmulatedDeviceMem``). Returns
+    ``sdfg``, renamed (``..._emu``) and marked for the CPU."""
     low = getattr(sdfg, "_distsdfg", None)
     if low is None or low.target != "gpu":
         raise DistributedLoweringError(f"emulate_on_host: `{sdfg.name}` is not lowered for target='gpu'")

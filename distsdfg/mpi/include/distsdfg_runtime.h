@@ -172,6 +172,17 @@ struct Step {
     }
 };
 
+/// Advances the index ``idx`` over dimensions [0, n) of extents ``size``, the last fastest; false
+/// once every index has been visited.
+template <typename Sizes>
+inline bool next_index(std::vector<int64_t>& idx, const Sizes& size, int64_t n) {
+    for (int64_t d = n - 1; d >= 0; --d) {
+        if (++idx[d] < size[d]) return true;
+        idx[d] = 0;
+    }
+    return false;
+}
+
 /// Calls f(offset_in_buffer, offset_in_packed, run_length) for every run of the box
 /// (start, size) of an array with element strides ``strides`` (runs are contiguous only
 /// when the last stride is 1; global arrays may be strided views).
@@ -190,12 +201,7 @@ inline void for_runs_strided(int64_t nd, const int64_t* strides, const int64_t* 
         for (int64_t d = 0; d < nd; ++d) off += (start[d] + idx[d]) * strides[d];
         f(off, packed, run);
         packed += run;
-        int64_t d = outer - 1;
-        for (; d >= 0; --d) {
-            if (++idx[d] < size[d]) break;
-            idx[d] = 0;
-        }
-        if (d < 0) return;
+        if (!next_index(idx, size, outer)) return;
     }
 }
 
@@ -234,12 +240,7 @@ inline void for_planes_strided(int64_t nd, const int64_t* strides, const int64_t
             f(off, packed, width, height, pitch);
         }
         packed += width * height;
-        int64_t d = outer - 1;
-        for (; d >= 0; --d) {
-            if (++idx[d] < size[d]) break;
-            idx[d] = 0;
-        }
-        if (d < 0) return;
+        if (!next_index(idx, size, outer)) return;
     }
 }
 
@@ -372,12 +373,7 @@ inline void for_planes(int64_t nd, const int64_t* shape, const int64_t* origin, 
         for (int64_t d = 0; d < outer; ++d) off += (rel[d] + idx[d]) * stride[d];
         f(off, packed, width, height, sh[n - 1]);
         packed += width * height;
-        int64_t d = outer - 1;
-        for (; d >= 0; --d) {
-            if (++idx[d] < sz[d]) break;
-            idx[d] = 0;
-        }
-        if (d < 0) return;
+        if (!next_index(idx, sz, outer)) return;
     }
 }
 

@@ -18,9 +18,10 @@
 #include "distsdfg_runtime.h"
 
 // Defined by distsdfg_runtime_kernels.cuh in the program's CUDA source; weak, so that a program
-// without one links and combines on the host.
-extern "C" __attribute__((weak)) int distsdfg_device_combine(int kind, int op, void* buf, long long pitch,
-                                                             const void* in, long long width, long long height);
+// without one links and combines on the host; hidden, so that each program's library uses its own
+// (never another loaded program's, which may be unloaded first).
+extern "C" __attribute__((weak, visibility("hidden"))) int distsdfg_device_combine(
+    int kind, int op, void* buf, long long pitch, const void* in, long long width, long long height);
 
 namespace distsdfg {
 namespace {

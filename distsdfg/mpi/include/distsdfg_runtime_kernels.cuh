@@ -1,6 +1,7 @@
 // distsdfg runtime: device code, included into a GPU program's CUDA source (the environment
 // DistSDFGRuntimeCUDA's 'cuda' header). The host side (distsdfg_runtime_cuda.h) declares what this
-// defines weakly, so a program without a CUDA source falls back to the host.
+// defines weakly, so a program without a CUDA source falls back to the host; the symbol is hidden
+// (each program's library binds its own).
 //
 // distsdfg_device_combine: buf[plane] = buf[plane] op in, where the plane is ``height`` runs of
 // ``width`` elements ``pitch`` elements apart in ``buf`` and ``in`` holds them one after another
@@ -45,8 +46,9 @@ static int distsdfg_launch_combine(int op, void* buf, long long pitch, const voi
     return int(cudaGetLastError());
 }
 
-extern "C" int distsdfg_device_combine(int kind, int op, void* buf, long long pitch, const void* in, long long width,
-                                       long long height) {
+extern "C" __attribute__((visibility("hidden"))) int distsdfg_device_combine(int kind, int op, void* buf,
+                                                                           long long pitch, const void* in,
+                                                                           long long width, long long height) {
     if (op < 1 || op > 4) return -1;
     switch (kind) {
         case 0: return distsdfg_launch_combine<float>(op, buf, pitch, in, width, height);

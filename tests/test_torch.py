@@ -355,7 +355,7 @@ def _check_distributed(r, case):
     """Every rank kept its own blocks of the weights and optimizer state across the three calls:
     they match PyTorch's once assembled, no root scatter or gather of them is left, and only an
     update that runs unsplit on rank 0 fetches its blocks there (and sends them back)."""
-    assert r["state_err"] <= TOL
+    assert r["state_err"] <= TOL, (r["state_err_at"], r["state_err"])
     state = [a for a in r["placed"] if a not in ("x", "target")]
     assert "fc1_weight" in state and any("__" in a for a in state), r["placed"]
     moved = [s for s in r["report"] if s["array"] in state]

@@ -189,7 +189,7 @@ PLACED = [_case("mhsa_thesis@distributed", MHSA_THESIS_SCHEDULE), _case("mhsa_fu
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    return launch_cases(4, CASES + PLACED, tmp_path_factory.mktemp("attention"), timeout=900)
+    return launch_cases(4, CASES + PLACED, tmp_path_factory.mktemp("attention"), timeout=900, jobs=2)
 
 
 @pytest.mark.parametrize("case", CASES)

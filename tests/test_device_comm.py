@@ -50,18 +50,34 @@ COLLECTIVES = {"Scatterv", "Bcast", "Gatherv", "Reduce", "Allreduce", "Reduce_sc
 POLICIES = {"emulated": "EmulatedDeviceMem", "emulated-staged": "EmulatedStagedMem"}
 
 
-@pytest.fixture(scope="module", params=list(POLICIES))
-def emulated(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp(request.param)
-    out = tmp / "out.json"
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """One mpiexec job per policy, started together: a job compiles on rank 0 while its other ranks
+    sleep, so two side by side keep both cores of a small machine busy."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    argv = counted_argv(4, ["-m", "distsdfg.testing.mpirun", "--comm", request.param, str(out)] + EMULATED,
-                        timeout=1500)
-    proc = subprocess.run(argv, env=env, cwd=str(tmp), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    started = {}
+    for policy in POLICIES:
+        tmp = tmp_path_factory.mktemp(policy)
+        argv = counted_argv(4, ["-m", "distsdfg.testing.mpirun", "--comm", policy, str(tmp / "out.json")] + EMULATED,
+                            timeout=1500)
+        with open(tmp / "log.txt", "w") as log:     # a file, not a pipe: a full pipe would stall the job
+            proc = subprocess.Popen(argv, env=env, cwd=str(tmp), stdout=log, stderr=subprocess.STDOUT)
+        started[policy] = (tmp, proc)
+    yield started
+    for _, proc in started.values():
+        if proc.poll() is None:
+            proc.terminate()        # `timeout` passes it on to mpiexec
+            proc.wait()
+
+
+@pytest.fixture(scope="module", params=list(POLICIES))
+def emulated(request, jobs):
+    tmp, proc = jobs[request.param]
+    proc.wait()
+    assert proc.returncode == 0, (tmp / "log.txt").read_text()[-6000:]
     built = " ".join(open(p).read() for p in tmp.glob(".dacecache/*/src/cpu/*.cpp"))
-    return {r["case"]: r for r in json.loads(out.read_text())}, built, POLICIES[request.param]
+    return {r["case"]: r for r in json.loads((tmp / "out.json").read_text())}, built, POLICIES[request.param]
 
 
 @pytest.mark.parametrize("case", EMULATED)

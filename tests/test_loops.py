@@ -139,7 +139,7 @@ def test_home_blocks_grow_to_the_array_edges():
 # -- mpiexec tier ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    return launch_cases(4, CASES, tmp_path_factory.mktemp("loops"))
+    return launch_cases(4, CASES, tmp_path_factory.mktemp("loops"), jobs=2)
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -102,11 +102,13 @@ def _run(nprocs, cases, tmp_path):
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("mpi")
-    out = {}
-    for n, cases in CASES.items():
-        out[n] = _run(n, cases, tmp)
-    return out
+    """One job per rank count, run side by side (each in a folder of its own): a job compiles on
+    rank 0 while its other ranks sleep, so one job alone leaves a core of a small machine idle."""
+    from concurrent.futures import ThreadPoolExecutor
+    folders = {n: tmp_path_factory.mktemp(f"mpi{n}") for n in CASES}
+    with ThreadPoolExecutor(len(CASES)) as pool:
+        jobs = {n: pool.submit(_run, n, cases, folders[n]) for n, cases in CASES.items()}
+        return {n: job.result() for n, job in jobs.items()}
 
 
 @pytest.mark.parametrize("nprocs,case", [(n, c) for n, cs in CASES.items() for c in cs])

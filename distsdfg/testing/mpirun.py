@@ -242,12 +242,26 @@ def checkout_env(**extra) -> Dict[str, str]:
 
 
 def launch_cases(nprocs: int, cases, folder, *, module: str = "distsdfg.testing.mpirun", options=(),
-                 timeout: float = 1500, out_name: str = "out.json") -> Dict[str, dict]:
+                 timeout: float = 1500, out_name: str = "out.json", jobs: int = 1) -> Dict[str, dict]:
     """Runs ``python -m MODULE [OPTIONS] OUT.json CASES...`` on ``nprocs`` ranks with the byte counter
     preloaded, in ``folder`` (its builds land there), importing this checkout of distsdfg; returns
-    the results by case. Raises RuntimeError with the end of the job's output if the job fails."""
+    the results by case. Raises RuntimeError with the end of the job's output if the job fails.
+
+    ``jobs > 1`` deals the cases round-robin to that many jobs run side by side, each in a folder
+    ``job<i>`` of its own: a job compiles on rank 0 while its other ranks sleep, so one job alone
+    leaves cores idle."""
     import os
     import subprocess
+    if jobs > 1:
+        from concurrent.futures import ThreadPoolExecutor
+        groups = [list(cases)[i::jobs] for i in range(jobs)]
+        folders = [os.path.join(str(folder), f"job{i}") for i in range(jobs)]
+        for f in folders:
+            os.makedirs(f, exist_ok=True)
+        with ThreadPoolExecutor(jobs) as pool:
+            parts = [pool.submit(launch_cases, nprocs, g, f, module=module, options=options, timeout=timeout,
+                                 out_name=out_name) for g, f in zip(groups, folders) if g]
+            return {case: r for part in parts for case, r in part.result().items()}
     out = os.path.join(str(folder), out_name)
     env = checkout_env(PYTHONHASHSEED="0")
     argv = counted_argv(nprocs, ["-m", module, *options, out] + list(cases), timeout=timeout)

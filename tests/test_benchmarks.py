@@ -159,3 +159,22 @@ def test_counter_convention(tmp_path):
     assert snaps[0]["data"]["Allreduce"] == (1, (3 + 4) * 8, (3 + 4) * 8)
     assert snaps[1]["data"]["Allreduce"] == (1, (4 + 3) * 8, (4 + 3) * 8)
     assert all(set(s["control"]) == {"Bcast"} for s in snaps.values())
+
+
+def test_counter_built_from_two_threads_at_once(tmp_path, monkeypatch):
+    """Jobs launched side by side from threads (``launch_cases(..., jobs=2)``) may both build the
+    counter into a fresh cache: each thread compiles to a file of its own before the rename (one
+    shared per-process name made the second rename fail on a fresh clone's first test)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    both_compiled, run = threading.Barrier(2, timeout=60), subprocess.run
+
+    def compile_together(*args, **kwargs):      # both threads compile before either renames
+        done = run(*args, **kwargs)
+        both_compiled.wait()
+        return done
+    monkeypatch.setattr(pmpi.subprocess, "run", compile_together)
+    with ThreadPoolExecutor(2) as pool:
+        built = [f.result() for f in [pool.submit(pmpi.build, tmp_path) for _ in range(2)]]
+    assert built[0] == built[1] and built[0].exists()
+    assert not list(tmp_path.glob("*.tmp"))

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -42,7 +43,7 @@ def build(folder: Optional[Path] = None) -> Path:
     out = Path(folder or cache_dir()) / f"libbytecount-{tag}.so"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        tmp = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")    # jobs launched from threads
         subprocess.run([mpicc(), "-shared", "-fPIC", "-O2", "-o", str(tmp), str(SOURCE)], check=True)
         tmp.replace(out)
     return out

@@ -1,6 +1,7 @@
 """The public API: maps(), lower(), compile(), comm_report()."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from typing import Optional, Union
@@ -15,6 +16,9 @@ from .analysis.kernels import MapInfo, find_kernels, main_map_infos, maps
 from .lowering.pipeline import lower_sdfg
 from .lowering.placement import boundary_pricing, placed_arrays
 from .planner.auto import auto_schedule, explain, schedule_cost
+from .lowering.whole import prefuse_applies, runs_whole
+from .dace_compat.fusion import copy_into
+from .errors import DistributedLoweringError, LoweredStateError
 from .solver.report import comm_plans, comm_report
 from .runtime.program import DistributedProgram, comm_of, compile_distributed
 from .values.schedule import Schedule, ScheduleLike, as_schedule, resolve_names
@@ -81,12 +85,31 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
                                 f"path of a .json schedule, got {schedule!r}")
         if nprocs is None:
             raise SizeError("lower(sdfg, 'auto') needs nprocs=P, the number of ranks to plan for")
+        if getattr(sdfg, "_distsdfg", None) is not None:
+            raise LoweredStateError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
+                                    f"(prog.to_sdfg()) for another schedule")
+        options = {"inputs": boundary_pricing(placement), "placement": placement, **(plan_options or {})}
+        written = copy.deepcopy(sdfg) if prefuse_applies(nprocs, target, optimize) else None
+        if written is not None and not dc.fused_in_place(sdfg):
+            written = None
         try:        # planning leaves `sdfg` as it is (``eingraph.build_graph``): the deferred source
-            schedule = auto_schedule(sdfg, nprocs, **{"inputs": boundary_pricing(placement),
-                                                       "placement": placement, **(plan_options or {})})
+            schedule = auto_schedule(sdfg, nprocs, **options)
+            return lower_sdfg(sdfg, schedule, target=target, placement=placement, comm=comm, optimize=optimize,
+                              nprocs=nprocs, whole=runs_whole(nprocs, schedule))
         except SymbolicSizeError as exc:     # plan at the first call, when the sizes are known
+            if written is not None:           # from the program as written (the copies fuse it)
+                copy_into(sdfg, written)
+            sdfg._distsdfg = None
             return defer(sdfg, nprocs, exc.symbol, target=target, comm=comm, placement=placement,
                          plan_options=plan_options, optimize=optimize)
+        except DistributedLoweringError:
+            if written is None:
+                raise
+            copy_into(sdfg, written)       # the fused program could not be planned or lowered: as written
+            sdfg._distsdfg = None
+            schedule = auto_schedule(sdfg, nprocs, **options)
+            return lower_sdfg(sdfg, schedule, target=target, placement=placement, comm=comm, optimize=optimize,
+                              nprocs=nprocs, whole=runs_whole(nprocs, schedule))
     return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement, comm=comm,
                       optimize=optimize, nprocs=nprocs)
 

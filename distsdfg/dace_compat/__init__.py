@@ -27,11 +27,13 @@ from .build import (BUILD_TYPE, SEQ_REDUCE, ExpandReduceSequentialByValue, allow
                     write_program_json)
 from .expansions import force_pure_expansion, repair_init_accumulate_races, standalone_expansion
 from .rename import rename_data
+from .auto_opt import auto_optimize_cpu, fuse_maps_greedily, fused_in_place
 
 __all__ = [
     "simplify", "repair_init_accumulate_races", "propagate", "reduction_op", "force_pure_expansion",
     "standalone_expansion", "top_level_nodes", "all_states", "pystr", "sym", "int_ceil", "Min",
     "program_segments", "interstate_reads", "viewed_arrays", "remove_unused_transients", "reshape_views",
+    "auto_optimize_cpu", "fuse_maps_greedily", "fused_in_place",
 ]
 
 #: Building and calling compiled programs: ``dace_compat.build``, re-exported here.

@@ -23,6 +23,7 @@ from ..analysis.constraints import KernelPlan, kernel_constraints, padded_axes
 from ..errors import DistributedLoweringError, LoweredStateError
 from ..analysis.kernels import find_kernels, main_map_infos
 from .loops import MachineRewriter
+from .whole import WholeProgramError, lower_whole, runs_whole, whole_applies
 from .partial_sums import PartialKernels
 from .rewriter import COMM_ARG, PLAN_ARRAY, PLAN_LEN, KernelGrid, Lowered, Rewriter
 from ..values.plan import axis_symbols
@@ -105,7 +106,7 @@ def validate_lowered(sdfg: SDFG, original: str, schedule: Schedule) -> None:
 
 def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host",
                optimize: Optional[bool] = None, nprocs: Optional[int] = None, validate: bool = True,
-               device_args: Tuple[str, ...] = ()) -> SDFG:
+               device_args: Tuple[str, ...] = (), whole: Optional[bool] = None) -> SDFG:
     """``comm``: where communication steps find their local buffers (``Lowered.comm``): "host"
     (target cpu: host memory; target gpu: GPU buffers with MPI on pinned host temporaries),
     "device" (target gpu: GPU buffers to a CUDA-aware MPI), or "emulated" / "emulated-staged"
@@ -115,7 +116,11 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     arrays are not copied into local buffers and the program runs on rank 0 alone. ``validate=False``
     skips DaCe's validation of the result (for copies that are only priced, never compiled).
     ``device_args`` (target gpu): the arrays rank 0 passes whole (and results) that the program
-    takes in device memory, the caller's CuPy arrays (``distsdfg.lowering.device_args``)."""
+    takes in device memory, the caller's CuPy arrays (``distsdfg.lowering.device_args``).
+    ``whole`` (default: when ``nprocs`` is 1, ``whole.runs_whole``): run the whole program on rank 0 as DaCe alone builds
+    it (``distsdfg.lowering.whole``), where the target, placement and arguments allow."""
+    if whole is None:
+        whole = nprocs == 1 and runs_whole(nprocs, schedule)
     from .placement import placed_arrays
     if (comm, target) not in (("host", "cpu"), ("host", "gpu"), ("device", "gpu"), ("emulated", "cpu"),
                               ("emulated-staged", "cpu")):
@@ -129,6 +134,19 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     source = dc.to_json(sdfg)
     boxed = box_complex_scalars(sdfg)      # DaCe 1.0.2 passes complex scalars as garbage: one-element arrays
     placed = placed_arrays(sdfg, placement)
+    from .optimize import enabled
+    if whole and whole_applies(target=target, comm=comm, placed=placed, device_args=device_args,
+                               optimize=enabled(optimize)):
+        # One rank, or a plan that gains nothing from splitting: the program as DaCe alone builds it.
+        try:
+            lower_whole(sdfg, schedule, original=sdfg.name, source=source, boxed=boxed,
+                        name_hash=_schedule_hash(sdfg.name, schedule, "cpu+whole"))
+        except WholeProgramError:
+            pass                # DaCe's optimisation refused it: the general lowering below
+        else:
+            if validate:
+                validate_lowered(sdfg, sdfg._distsdfg.original_name, schedule)
+            return sdfg
     dc.repair_init_accumulate_races(sdfg)
     kernels = find_kernels(sdfg)
     known = {m.info.key: len(m.info.params) for k in kernels for m in k.maps}

@@ -24,6 +24,7 @@ from typing import List, Optional, Tuple
 from dace.sdfg import SDFG
 
 from .costmodel import CostModel
+from ..config import SPLIT_GAIN, WHOLE_WHEN_CHEAPER
 from .timemodel import get_model
 from ..analysis.eingraph import EinGraph, build_graph
 from ..checks import positive_int, require_sdfg
@@ -36,7 +37,7 @@ from ..values.schedule import Schedule, as_schedule, resolve_names
 from .searchers import (CANDIDATE_LIMIT, SEARCHERS, Plan, Problem, candidates, data_parallel_schedule, graph_cost,
                         sqrt_schedule, viable)
 
-__all__ = ["viable", "auto_schedule", "schedule_cost", "explain", "search", "Plan", "sqrt_schedule",
+__all__ = ["viable", "whole_schedule", "whole_or_split", "auto_schedule", "schedule_cost", "explain", "search", "Plan", "sqrt_schedule",
            "data_parallel_schedule", "SEARCHERS", "graph_cost", "measured_bytes"]   # search's parts: distsdfg.planner.searchers
 def search(g: EinGraph, nprocs: int, model: CostModel, searcher: str = "dp", *,
            allow_fewer: bool = False) -> Plan:
@@ -106,8 +107,14 @@ def schedule_cost(sdfg: SDFG, schedule, model="bytes", *, inputs: str = "root", 
 
 def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="time", searcher: str = "dp", inputs: str = "root",
                   memory_limit: Optional[int] = None, allow_fewer: bool = False, verify: Optional[bool] = None,
-                  placement=None, **sizes) -> Schedule:
+                  placement=None, whole: Optional[bool] = None, **sizes) -> Schedule:
     """Choose a schedule for ``sdfg`` on ``nprocs`` ranks (EinDecomp).
+
+    ``whole`` (default: on unless ``DISTSDFG_WHOLE=0``, ``distsdfg.config``): with the time model
+    and root placement, the schedule of all ones (the whole program on rank 0, which ``lower``
+    builds as DaCe alone would) when the best split schedule is priced at more than
+    ``1 / config.SPLIT_GAIN`` of it: splitting a small or memory-bound program, whose inputs
+    rank 0 must first scatter, loses.
 
     ``cost_model``: 'time' (the default: each rank's compute at calibrated rates plus
     alpha-beta communication, ``planner.timemodel``), 'bytes' (this runtime's communication),
@@ -145,7 +152,33 @@ def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="time", searcher: str =
             cands.insert(1, root.schedule(g, sdfg.name))
             placement = "distributed" if placement in (None, "root") else placement
         best = _verified(sdfg, g, nprocs, cands, sizes, placement if inputs == "distributed" else None)
+    best, _ = whole_or_split(g, best, model, nprocs, inputs, whole)
     return best.with_sdfg(sdfg.name) if best.sdfg is None else best
+
+
+def whole_or_split(g: EinGraph, best: Schedule, model: CostModel, nprocs: int, inputs: str,
+                   whole: Optional[bool] = None) -> Tuple[Schedule, str]:
+    """``best`` or, where the whole program on one rank is priced at most ``SPLIT_GAIN`` times
+    ``best``'s cost (time model, root placement, ``whole`` on: default ``config.WHOLE_WHEN_CHEAPER``),
+    the schedule of all ones; with a line that says which and why ('' when not compared)."""
+    if whole is None:
+        whole = WHOLE_WHEN_CHEAPER.get()
+    if not (whole and nprocs > 1 and inputs == "root" and model.name == "time"):
+        return best, ""
+    ones = whole_schedule(best)
+    split_cost = graph_cost(g, _splits_of(g, best), model)
+    whole_cost = graph_cost(g, _splits_of(g, ones), model)
+    if whole_cost <= split_cost * SPLIT_GAIN:
+        return ones, (f"the whole program runs on rank 0 (as DaCe alone builds it): the best split schedule is "
+                      f"priced at {_fmt(split_cost, 's')}, one rank at {_fmt(whole_cost, 's')}, and a split must be "
+                      f"priced {SPLIT_GAIN:g}x faster to be chosen")
+    return best, (f"split: priced at {_fmt(split_cost, 's')} against {_fmt(whole_cost, 's')} for the whole "
+                  f"program on rank 0")
+
+
+def whole_schedule(schedule: Schedule) -> Schedule:
+    """``schedule`` with every grid made of ones: the whole program on one rank."""
+    return Schedule.of({k: (1,) * len(g) for k, g in schedule.as_dict().items()}, sdfg=schedule.sdfg)
 
 
 def measured_bytes(sdfg: SDFG, schedule, nprocs: int, **sizes) -> int:
@@ -215,7 +248,10 @@ def explain(sdfg: SDFG, schedule=None, *, nprocs: Optional[int] = None, cost_mod
     if schedule is None:
         if nprocs is None:
             raise ScheduleError("explain needs a schedule or nprocs (to plan one)")
-        schedule = auto_schedule(sdfg, nprocs, cost_model=model, inputs=inputs, verify=False, **sizes)
+        schedule = auto_schedule(sdfg, nprocs, cost_model=model, inputs=inputs, verify=False, whole=False, **sizes)
+        schedule, choice = whole_or_split(g, schedule, model, nprocs, inputs)
+    else:
+        choice = ""
     splits = _splits_of(g, schedule)
     P = nprocs or max(math.prod(d) for d in splits)
     cands = [sorted(set(viable(v, P)) | {splits[v.index]}) for v in g.vertices]
@@ -233,6 +269,8 @@ def explain(sdfg: SDFG, schedule=None, *, nprocs: Optional[int] = None, cost_mod
 
     total = pb.value([cur[v.index] for v in g.vertices])
     lines = [f"schedule for {sdfg.name} on {P} ranks, model {model.name}: predicted total {_fmt(total, unit)}"]
+    if choice:
+        lines.append(f"  {choice}")
     if getattr(model, "rates", None) is not None:
         lines.append(f"  rates: {model.rates.describe()}")
     lines += [

@@ -26,6 +26,7 @@ from .. import dace_compat as dc
 from .. import errors
 from ..errors import DistributedLoweringError, InputError, SymbolicSizeError
 from ..lowering.pipeline import lower_sdfg
+from ..lowering.whole import prefuse_applies, runs_whole
 from ..lowering.placement import boundary_pricing, placed_arrays
 from ..planner.auto import auto_schedule
 from .program import DistributedProgram, compile_distributed, idle_bcast
@@ -76,12 +77,21 @@ class Deferred:
     def plan(self, sizes: Dict[str, int]) -> Schedule:
         """The planner's schedule for these sizes (what ``lower(sdfg, "auto")`` would have chosen)."""
         options = {"inputs": boundary_pricing(self.placement), **self.plan_options, **sizes}
-        return auto_schedule(dc.from_json(self.source), self.nprocs, **options)
+        return auto_schedule(self.fresh(), self.nprocs, **options)
+
+    def fresh(self) -> SDFG:
+        """A fresh copy of the original SDFG, its maps fused where ``lower`` fuses them before planning
+        (``lowering.whole.prefuse_applies``; the same fusions on every rank)."""
+        sdfg = dc.from_json(self.source)
+        if prefuse_applies(self.nprocs, self.target, self.optimize):
+            dc.fused_in_place(sdfg)
+        return sdfg
 
     def lower(self, schedule: Schedule) -> SDFG:
         """A fresh copy of the original SDFG lowered with ``schedule``."""
-        return lower_sdfg(dc.from_json(self.source), schedule, target=self.target, placement=self.placement,
-                          comm=self.comm, optimize=self.optimize, nprocs=self.nprocs)
+        return lower_sdfg(self.fresh(), schedule, target=self.target, placement=self.placement,
+                          comm=self.comm, optimize=self.optimize, nprocs=self.nprocs,
+                          whole=runs_whole(self.nprocs, schedule))
 
     def copy_for(self, values: Dict[str, int], what: str) -> SDFG:
         """A lowered copy planned for ``values`` (cached), for reports; refuses missing sizes."""

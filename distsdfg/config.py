@@ -1,0 +1,42 @@
+"""Settings read from the environment, declared in one place.
+
+Each ``Flag`` names its environment variable, its default and what it does; read it with
+``FLAG.get()`` (``WHOLE_WHEN_CHEAPER.get()``), which reads the environment at that moment, so
+a test or a launcher may set the variable before any call.
+
+| variable | default | what |
+|---|---|---|
+| ``DISTSDFG_WHOLE`` | ``1`` | a program lowered for one rank, and ``lower(sdfg, "auto", nprocs=P)`` when the planner's time model prices the best split schedule at more than ``1 / SPLIT_GAIN`` of the whole program on one rank, runs whole on rank 0 as DaCe alone builds it (``distsdfg.lowering.whole``; ``0``: the general lowering, and the planner always splits) |
+| ``DISTSDFG_PREFUSE`` | ``1`` | ``lower(sdfg, "auto", nprocs=P)`` fuses the program's maps as DaCe's ``auto_optimize`` does before planning (``0``: plan the maps as written) |
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+__all__ = ["Flag", "WHOLE_WHEN_CHEAPER", "PREFUSE", "SPLIT_GAIN", "FLAGS"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """A boolean setting: ``env`` unset or empty gives ``default``; ``0``, ``false``, ``no``, ``off`` turn it off."""
+    env: str
+    default: bool
+    doc: str
+
+    def get(self) -> bool:
+        v = os.environ.get(self.env, "").strip().lower()
+        if not v:
+            return self.default
+        return v not in ("0", "false", "no", "off")
+
+
+WHOLE_WHEN_CHEAPER = Flag("DISTSDFG_WHOLE", True,
+                          "run the whole program on rank 0 when the time model says splitting does not pay")
+PREFUSE = Flag("DISTSDFG_PREFUSE", True, "fuse maps as DaCe's auto_optimize does before planning an auto schedule")
+
+#: A split schedule must be priced at least this many times faster than the whole program on one
+#: rank to be chosen: the time model does not see every per-call and per-step cost of a split program.
+SPLIT_GAIN = 1.25
+
+FLAGS = (WHOLE_WHEN_CHEAPER, PREFUSE)

@@ -1,0 +1,183 @@
+"""The whole program on rank 0 (``distsdfg.lowering.whole``), the planner's choice of it, maps fused
+before planning, and released results written again.
+
+Symbolic tier (lowering and planning only) plus compiled runs in this process on mpi4py's one-rank
+COMM_WORLD, against NumPy. ``conftest.py`` turns the whole-program path off for the other test files
+(``DISTSDFG_WHOLE=0``); these tests turn it on.
+"""
+import gc
+
+import dace
+import numpy as np
+import pytest
+
+import distsdfg
+from distsdfg.config import SPLIT_GAIN, WHOLE_WHEN_CHEAPER
+from distsdfg.mpi import DistributedMemlet
+
+N, M, K = dace.symbol("N"), dace.symbol("M"), dace.symbol("K")
+TSTEPS = dace.symbol("TSTEPS")
+
+
+@dace.program
+def chain(x: dace.float64[N], y: dace.float64[N]):
+    return np.exp((x * y + 2) * -0.5) * x - y
+
+
+@dace.program
+def jacobi(A: dace.float64[N, N], B: dace.float64[N, N]):
+    for t in range(1, TSTEPS):
+        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+
+
+@dace.program
+def converge(T: dace.float64[N, N], tol: dace.float64):
+    diff = np.zeros((1,), dtype=np.float64)
+    diff[0] = tol + 1.0
+    steps = np.zeros((1,), dtype=np.int64)
+    while diff[0] > tol and steps[0] < 50:
+        Tn = np.copy(T)
+        Tn[1:-1, 1:-1] = 0.25 * (T[:-2, 1:-1] + T[2:, 1:-1] + T[1:-1, :-2] + T[1:-1, 2:])
+        diff[0] = np.max(np.abs(Tn - T))
+        T[:] = Tn
+        steps[0] += 1
+    return steps
+
+
+@dace.program
+def mlp(x: dace.float64[M, K], w: dace.float64[K, N]):
+    h = np.maximum(x @ w, 0.0)
+    return np.sum(h, axis=1)
+
+
+def _steps(sdfg):
+    return [n for n, _ in sdfg.all_nodes_recursive() if isinstance(n, DistributedMemlet)]
+
+
+def _maps(sdfg):
+    return sum(isinstance(n, dace.nodes.MapEntry) for n, _ in sdfg.all_nodes_recursive())
+
+
+@pytest.fixture
+def whole_on(monkeypatch):
+    monkeypatch.setenv(WHOLE_WHEN_CHEAPER.env, "1")
+
+
+def test_flag_reads_the_environment(monkeypatch):
+    monkeypatch.setenv(WHOLE_WHEN_CHEAPER.env, "0")
+    assert not WHOLE_WHEN_CHEAPER.get()
+    for on in ("", "1", "yes"):
+        monkeypatch.setenv(WHOLE_WHEN_CHEAPER.env, on)
+        assert WHOLE_WHEN_CHEAPER.get()
+
+
+def test_one_rank_is_the_program_as_dace_optimises_it(whole_on):
+    sdfg = jacobi.to_sdfg()
+    written = _maps(sdfg)
+    distsdfg.lower(sdfg, "auto", nprocs=1, plan_options=dict(N=40, TSTEPS=5))
+    low = sdfg._distsdfg
+    assert low.rank0_only and low.steps == [] and not _steps(sdfg)
+    assert _maps(sdfg) < written            # each sweep's element-wise chain fused into one map
+    assert distsdfg.comm_report(sdfg, N=40, TSTEPS=5) == [] or all(
+        r.bytes_sent == 0 for r in distsdfg.comm_report(sdfg, N=40, TSTEPS=5))
+
+
+@pytest.mark.parametrize("prog", ["chain", "jacobi", "converge", "mlp"])
+def test_one_rank_whole_against_numpy(whole_on, prog):
+    rng = np.random.default_rng(5)
+    if prog == "chain":
+        x, y = rng.random(1000), rng.random(1000)
+        sdfg = chain.to_sdfg()
+        want = np.exp((x * y + 2) * -0.5) * x - y
+        call = dict(x=x, y=y)
+    elif prog == "jacobi":
+        A, B = rng.random((30, 30)), rng.random((30, 30))
+        a, b = A.copy(), B.copy()
+        for _ in range(1, 6):
+            b[1:-1, 1:-1] = 0.2 * (a[1:-1, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:] + a[2:, 1:-1] + a[:-2, 1:-1])
+            a[1:-1, 1:-1] = 0.2 * (b[1:-1, 1:-1] + b[1:-1, :-2] + b[1:-1, 2:] + b[2:, 1:-1] + b[:-2, 1:-1])
+        sdfg = jacobi.to_sdfg()
+        call, want = dict(A=A, B=B, TSTEPS=6), None
+    elif prog == "converge":
+        T = np.zeros((24, 24))
+        T[0, :] = 1.0
+        t, steps, diff = T.copy(), 0, 1.0
+        while diff > 1e-4 and steps < 50:
+            tn = t.copy()
+            tn[1:-1, 1:-1] = 0.25 * (t[:-2, 1:-1] + t[2:, 1:-1] + t[1:-1, :-2] + t[1:-1, 2:])
+            diff, t[:], steps = np.max(np.abs(tn - t)), tn, steps + 1
+        sdfg = converge.to_sdfg()
+        call, want = dict(T=T, tol=1e-4), np.array([steps])
+    else:
+        x, w = rng.random((20, 30)), rng.random((30, 10))
+        sdfg = mlp.to_sdfg()
+        call, want = dict(x=x, w=w), np.sum(np.maximum(x @ w, 0.0), axis=1)
+    sdfg.name = f"whole_{prog}"
+    distsdfg.lower(sdfg, "auto", nprocs=1)
+    fn = distsdfg.compile(sdfg)
+    got = fn(**call)
+    if prog == "jacobi":
+        np.testing.assert_allclose(call["A"], a, rtol=1e-12)
+        np.testing.assert_allclose(call["B"], b, rtol=1e-12)
+    elif prog == "converge":
+        np.testing.assert_array_equal(np.asarray(got).reshape(-1), want)
+        np.testing.assert_allclose(call["T"], t, rtol=1e-12)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    progs = list(fn.programs.values()) if hasattr(fn, "programs") else [fn]     # planned at the first call
+    assert progs and all(p.lowered.rank0_only for p in progs)
+
+
+def test_released_results_are_written_again_kept_ones_never(whole_on):
+    sdfg = chain.to_sdfg()
+    sdfg.name = "whole_chain_pool"
+    distsdfg.lower(sdfg, "auto", nprocs=1)
+    fn = distsdfg.compile(sdfg)
+    x, y = np.arange(1000.0), np.ones(1000)
+    kept = [fn(x=x, y=y) for _ in range(2)]          # warm-up call (through DaCe), then the fast path
+    first = kept[1].copy()
+    view = kept[1][10:20]                             # a view keeps its base in use
+    del kept
+    gc.collect()
+    seen = set()
+    for i in range(4):
+        r = fn(x=x + i, y=y)
+        np.testing.assert_allclose(r, np.exp(((x + i) * y + 2) * -0.5) * (x + i) - y)
+        seen.add(r.__array_interface__["data"][0])
+        del r
+    np.testing.assert_array_equal(view, first[10:20])     # never overwritten while viewed
+    assert len(seen) <= 2                                 # released results are written again
+
+
+def test_planner_keeps_small_programs_whole_and_splits_large_products(whole_on):
+    sdfg = mlp.to_sdfg()
+    small = distsdfg.auto_schedule(sdfg, 4, M=8, K=8, N=8)
+    assert small.nprocs == 1
+    large = distsdfg.auto_schedule(sdfg, 4, M=4096, K=4096, N=4096)
+    assert large.nprocs > 1
+    assert SPLIT_GAIN > 1
+
+
+def test_whole_schedule_lowers_for_rank0_alone(whole_on):
+    sdfg = mlp.to_sdfg()
+    distsdfg.lower(sdfg, "auto", nprocs=4, plan_options=dict(M=8, K=8, N=8))
+    low = sdfg._distsdfg
+    assert low.rank0_only and low.steps == [] and low.schedule.nprocs == 1
+
+
+def test_split_programs_are_fused_before_planning():
+    sdfg = jacobi.to_sdfg()
+    written = {m.key for m in distsdfg.maps(jacobi.to_sdfg())}
+    distsdfg.lower(sdfg, "auto", nprocs=2, plan_options=dict(N=400, TSTEPS=5))
+    planned = set(sdfg._distsdfg.schedule.keys())
+    assert len(planned) < len(written)       # each sweep one map
+    assert sdfg._distsdfg.schedule.nprocs == 2
+
+
+def test_prefuse_off_plans_the_maps_as_written(monkeypatch):
+    monkeypatch.setenv("DISTSDFG_PREFUSE", "0")
+    sdfg = jacobi.to_sdfg()
+    written = {m.key for m in distsdfg.maps(jacobi.to_sdfg())}
+    distsdfg.lower(sdfg, "auto", nprocs=2, plan_options=dict(N=400, TSTEPS=5))
+    assert set(sdfg._distsdfg.schedule.keys()) <= written

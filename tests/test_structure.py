@@ -17,7 +17,7 @@ MAX_LINES = 500
 #: The subpackages in data-flow order (docs/architecture.md). A module may import modules of its own
 #: stage or of earlier ones. The top-level modules: ``errors`` and ``checks`` come first, ``api`` (the
 #: public functions) after the runtime, the package's ``__init__`` and ``__main__`` last.
-STAGES = ["errors", "checks", "geometry", "dace_compat", "values", "analysis", "solver", "mpi", "lowering", "planner",
+STAGES = ["config", "errors", "checks", "geometry", "dace_compat", "values", "analysis", "solver", "mpi", "lowering", "planner",
           "runtime", "frontend", "api", "launch", "testing"]
 
 #: Import cycles not yet taken apart, each a set of modules (strongly connected).

@@ -134,7 +134,7 @@ def test_released_results_are_written_again_kept_ones_never(whole_on):
     sdfg.name = "whole_chain_pool"
     distsdfg.lower(sdfg, "auto", nprocs=1)
     fn = distsdfg.compile(sdfg)
-    x, y = np.arange(1000.0), np.ones(1000)
+    x, y = np.arange(100000.0), np.ones(100000)
     kept = [fn(x=x, y=y) for _ in range(2)]          # warm-up call (through DaCe), then the fast path
     first = kept[1].copy()
     view = kept[1][10:20]                             # a view keeps its base in use
@@ -147,7 +147,7 @@ def test_released_results_are_written_again_kept_ones_never(whole_on):
         seen.add(r.__array_interface__["data"][0])
         del r
     np.testing.assert_array_equal(view, first[10:20])     # never overwritten while viewed
-    assert len(seen) <= 2                                 # released results are written again
+    assert len(seen) == 1                                 # released results are written again
 
 
 def test_planner_keeps_small_programs_whole_and_splits_large_products(whole_on):

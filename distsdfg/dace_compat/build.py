@@ -16,6 +16,7 @@ import dace.library
 from dace import data as dt
 from dace import dtypes
 from dace.sdfg import SDFG, nodes
+from .returns import reuse_released
 from dace.transformation.transformation import ExpandTransformation
 
 
@@ -430,7 +431,7 @@ def call_compiled(compiled, call: dict):
         return out
     names, kinds = record
     compiled._initialize_return_values(call)       # new return arrays when asked (fresh_return_arrays)
-    compiled._return_arrays = _reuse_released(compiled)
+    compiled._return_arrays = reuse_released(compiled)
     for desc, arr in zip(compiled._retarray_shapes, compiled._return_arrays):
         call[desc[0]] = arr
     views = Config.get_bool("compiler", "allow_view_arguments")
@@ -458,48 +459,6 @@ def call_compiled(compiled, call: dict):
 
 _MISSING = object()
 _DEVICE = "device"      # the kind of a GPU_Global array in an argument record
-
-#: Return arrays kept per program and per (shape, dtype, strides), to be written again once their
-#: caller has let go of them (``_reuse_released``).
-RETURN_POOL = 2
-# sys.getrefcount of a pooled array no one else holds: the pool's list, the loop variable, the argument.
-_POOLED_ONLY = 3
-
-
-def _reuse_released(compiled) -> tuple:
-    """The return arrays of this call: for each, a host array of the same shape, dtype and strides
-    that an earlier call returned and whose caller has dropped every reference to it (and to every
-    view of it), else the new one DaCe made (kept for later calls, up to ``RETURN_POOL`` each).
-
-    A new array's pages fault in as the program first writes them (10-20 ms per 100 MB); DaCe 1.0.2
-    avoids that by returning the same arrays on every call, which overwrites a result the caller
-    kept. A released array is written again only when nothing outside the pool refers to it."""
-    import sys
-
-    import numpy as np
-    arrays = compiled._return_arrays
-    if not arrays:
-        return arrays
-    pool = compiled.__dict__.setdefault("_distsdfg_return_pool", {})
-    out = []
-    for arr in arrays:
-        if type(arr) is not np.ndarray or arr.base is not None or not arr.flags.owndata:
-            out.append(arr)
-            continue
-        key = (arr.shape, arr.dtype.str, arr.strides)
-        kept = pool.setdefault(key, [])
-        free = None
-        for old in kept:
-            if sys.getrefcount(old) <= _POOLED_ONLY and not any(old is o for o in out):
-                free = old
-                break
-        if free is None:
-            if len(kept) < RETURN_POOL:
-                kept.append(arr)
-            free = arr
-        out.append(free)
-    return tuple(out)
-
 
 def _argument_record(compiled):
     """(names, kinds) of a CompiledSDFG's C signature as its last ``_construct_args`` built it:

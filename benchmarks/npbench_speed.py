@@ -152,7 +152,7 @@ def _distributed_call(fn, sdfg, bench, args, comm, placed: bool):
     import distsdfg
     mine = copy.deepcopy(args) if comm.rank == 0 or placed else {k: v for k, v in args.items()
                                                                   if not isinstance(v, np.ndarray)}
-    layouts = {}
+    layouts, sizes = {}, {}
     if placed:
         sizes = plan_sizes(bench.program().to_sdfg(), args)
         for name, v in list(mine.items()):
@@ -173,6 +173,18 @@ def _distributed_call(fn, sdfg, bench, args, comm, placed: bool):
         blocks = comm.gather(mine[name], root=0)
         if comm.rank == 0:
             mine[name] = lay.assemble(blocks)
+    if placed:                              # results: every rank's block of each
+        import distsdfg
+        rets = [] if ret is None else list(ret) if isinstance(ret, tuple) else [ret]
+        names = sorted(n for n, d in fn.sdfg.arrays.items() if n.startswith("__return") and not d.transient)
+        for i, name in enumerate(names):
+            lay = distsdfg.layout(fn, name, **sizes)
+            if lay.placement == "distributed":
+                blocks = comm.gather(rets[i] if i < len(rets) else None, root=0)
+                if comm.rank == 0 and i < len(rets):
+                    rets[i] = lay.assemble(blocks)
+        if rets:
+            ret = tuple(rets) if isinstance(ret, tuple) else rets[0]
     if comm.rank != 0:
         return None
     from distsdfg.testing.npbench import outputs

@@ -181,3 +181,29 @@ def test_prefuse_off_plans_the_maps_as_written(monkeypatch):
     written = {m.key for m in distsdfg.maps(jacobi.to_sdfg())}
     distsdfg.lower(sdfg, "auto", nprocs=2, plan_options=dict(N=400, TSTEPS=5))
     assert set(sdfg._distsdfg.schedule.keys()) <= written
+
+
+def test_two_ranks_run_whole_programs_on_rank0_without_moving_data(tmp_path):
+    """One 2-rank mpiexec (``distsdfg.testing.whole_run``, PMPI counter preloaded): a stencil loop and a
+    reduction the planner keeps whole, three calls each: rank 0's results equal NumPy's, rank 1 gets
+    None, and no data moves: rank 0 sends each call's control message, nothing else."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from distsdfg.testing.mpirun import checkout_env, counted_argv
+    out = tmp_path / "whole.json"
+    argv = counted_argv(2, ["-m", "distsdfg.testing.whole_run", str(out)], timeout=600)
+    proc = subprocess.run(argv, env=checkout_env(DISTSDFG_WHOLE="1"), cwd=str(tmp_path), capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = json.loads(out.read_text())
+    assert [r["program"] for r in records] == ["smooth", "scale_sum"]
+    for r in records:
+        assert r["rank0_only"] and r["others_none"], r
+        assert len(r["errors"]) == 3 and max(r["errors"]) < 1e-12, r
+        # Only the call's control message (arguments checked on rank 0, its verdict to every rank).
+        root, other = r["calls"]
+        assert set(root) <= {"Bcast"} and root["Bcast"][0] <= 2 * 3 and root["Bcast"][1] < 3 * 100, r   # mpi4py: size, data
+        assert all(sent == 0 for _, sent in other.values()), r

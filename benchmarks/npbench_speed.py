@@ -205,7 +205,7 @@ def plan_sizes(sdfg, args) -> Dict[str, int]:
     return sizes
 
 
-def run_kernel(spec: dict, reps: int, comm) -> Optional[dict]:
+def run_kernel(spec: dict, reps: int, comm, placements=("root", "distributed")) -> Optional[dict]:
     """Collective over a 2-rank ``comm``: time the contenders of one kernel; rank 0's record."""
     import distsdfg
     from mpi4py import MPI
@@ -241,6 +241,8 @@ def run_kernel(spec: dict, reps: int, comm) -> Optional[dict]:
     _sleep_barrier(comm)
     # 2. distsdfg P=2, root and distributed placement (collective).
     for key, placement in (("p2", None), ("p2d", "distributed")):
+        if (placement or "root") not in placements:
+            continue
         try:
             t = time.perf_counter()
             sd = bench.program().to_sdfg()
@@ -320,10 +322,10 @@ def _worker(argv: List[str]) -> int:
     import warnings
     from mpi4py import MPI
     warnings.simplefilter("ignore")
-    out, reps, spec = argv[0], int(argv[1]), json.loads(argv[2])
+    out, reps, spec, placements = argv[0], int(argv[1]), json.loads(argv[2]), argv[3].split(",")
     comm = MPI.COMM_WORLD
     try:
-        rec = run_kernel(spec, reps, comm)
+        rec = run_kernel(spec, reps, comm, placements)
     except Exception as exc:
         rec = {"kernel": spec["name"], "kind": spec["kind"], "crashed": f"{type(exc).__name__}: {exc}"[:400],
                "trace": traceback.format_exc()[-1500:]} if comm.rank == 0 else None
@@ -349,7 +351,7 @@ def _done(path: str) -> Dict[str, dict]:
         return {r["kernel"]: r for r in map(json.loads, filter(None, f.read().splitlines()))}
 
 
-def run(specs: List[dict], work: str, reps: int, timeout: float) -> Dict[str, dict]:
+def run(specs: List[dict], work: str, reps: int, timeout: float, placements=("root", "distributed")) -> Dict[str, dict]:
     out = os.path.join(work, "speed.jsonl")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
@@ -358,7 +360,7 @@ def run(specs: List[dict], work: str, reps: int, timeout: float) -> Dict[str, di
         if spec["name"] in _done(out):
             continue
         cmd = ["timeout", str(int(timeout)), "mpiexec", "-n", "2", sys.executable, "-m", "mpi4py", "-m",
-               "benchmarks.npbench_speed", "--worker", out, str(reps), json.dumps(spec)]
+               "benchmarks.npbench_speed", "--worker", out, str(reps), json.dumps(spec), ",".join(placements)]
         t = time.time()
         proc = subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True)
         if spec["name"] not in _done(out):
@@ -428,6 +430,8 @@ def main(argv: List[str]) -> int:
     ap.add_argument("--work", default="npbench_speed")
     ap.add_argument("--timeout", type=float, default=1200, help="seconds per kernel (compiles included)")
     ap.add_argument("--no-user", action="store_true", help="leave out benchmarks.user_programs")
+    ap.add_argument("--placements", default="root,distributed",
+                    help="P=2 placements to time: root, distributed or both (comma-separated)")
     ap.add_argument("names", nargs="*", help="kernels (default: every NPBench kernel in SPEED_SIZES and the user programs)")
     opts = ap.parse_args(argv)
     from distsdfg.testing.npbench import discover
@@ -435,7 +439,7 @@ def main(argv: List[str]) -> int:
     root = os.path.abspath(opts.npbench)
     found = {b.name: b for b in discover(root)}
     specs = []
-    names = opts.names or [n for n in SPEED_SIZES if n in found] + ([] if opts.no_user else list(PROGRAMS))
+    names = opts.names or ([] if opts.no_user else list(PROGRAMS)) + [n for n in SPEED_SIZES if n in found]
     for n in names:
         if n in PROGRAMS:
             specs.append({"kind": "user", "name": n})
@@ -446,7 +450,7 @@ def main(argv: List[str]) -> int:
             return 2
     work = os.path.abspath(opts.work)
     os.makedirs(work, exist_ok=True)
-    done = run(specs, work, opts.reps, opts.timeout)
+    done = run(specs, work, opts.reps, opts.timeout, tuple(opts.placements.split(",")))
     load = os.getloadavg()
     print(f"{len(done)} kernels, 2 ranks, {opts.reps} interleaved rounds; load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n")
     print(table([done[s["name"]] for s in specs if s["name"] in done]))

@@ -123,3 +123,21 @@ def test_dace_alone_is_tried_again_with_default_build_settings(tmp_path, monkeyp
     monkeypatch.delenv("DACE_compiler_cpu_args")
     seen.clear()
     assert nb.baseline(bench)["ok"] is False and seen == [("", False)]      # no quick settings: one try
+
+
+def test_speed_report_table_ratios_and_summary():
+    """``benchmarks.npbench_speed.table`` on hand-made records: ratios, failures, the summary lines."""
+    from benchmarks.npbench_speed import table
+    recs = [
+        {"kernel": "gemm", "ms": {"numpy": 100.0, "dace": 80.0, "p1": 80.0, "p2": 44.0}, "failed": {}},
+        {"kernel": "jacobi_2d", "ms": {"numpy": 200.0, "dace": 40.0, "p1": 20.0, "p2": 20.0}, "failed": {},
+         "p2_whole": True},
+        {"kernel": "atax", "ms": {"numpy": 50.0, "dace": 40.0, "p1": 60.0}, "failed": {"p2": "wrong result (rel. err 1e-3)"}},
+        {"kernel": "lu", "crashed": "launch exited 1"},
+    ]
+    text = table(recs)
+    assert "| gemm | 100.0 | 80.0 | 80.0 | 44.0 | - | 1.00 | 0.80 | 0.55 | - |" in text
+    assert "P=2 whole on rank 0" in text and "p2: wrong result" in text and "crashed: launch exited 1" in text
+    assert "above 1.3: atax" in text                       # 60 / 40
+    assert "above 1.0: 0 of 2" in text
+    assert "compute-bound kernels (root placement): geomean 0.55" in text

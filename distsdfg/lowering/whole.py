@@ -41,10 +41,11 @@ def whole_applies(*, target: str, comm: str, placed, device_args, optimize: bool
 
 
 def runs_whole(nprocs: Optional[int], schedule: Schedule) -> bool:
-    """Whether a program planned for ``nprocs`` ranks with ``schedule`` runs whole on rank 0: one rank,
-    or a schedule that splits no map (``config.WHOLE_WHEN_CHEAPER``, on by default)."""
+    """Whether a program planned for ``nprocs`` ranks with ``schedule`` runs whole on rank 0: a schedule
+    that splits no map, for one rank or chosen by the planner for more (``config.WHOLE_WHEN_CHEAPER``,
+    on by default)."""
     from ..config import WHOLE_WHEN_CHEAPER
-    return WHOLE_WHEN_CHEAPER.get() and (nprocs == 1 or schedule.nprocs == 1)
+    return WHOLE_WHEN_CHEAPER.get() and nprocs is not None and schedule.nprocs == 1
 
 
 def prefuse_applies(nprocs: int, target: str, optimize) -> bool:

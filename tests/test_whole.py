@@ -203,7 +203,7 @@ def test_two_ranks_run_whole_programs_on_rank0_without_moving_data(tmp_path):
     for r in records:
         assert r["rank0_only"] and r["others_none"], r
         assert len(r["errors"]) == 3 and max(r["errors"]) < 1e-12, r
-        # Only the call's control message (arguments checked on rank 0, its verdict to every rank).
-        root, other = r["calls"]
-        assert set(root) <= {"Bcast"} and root["Bcast"][0] <= 2 * 3 and root["Bcast"][1] < 3 * 100, r   # mpi4py: size, data
-        assert all(sent == 0 for _, sent in other.values()), r
+        # Only each call's control messages (arguments checked, the verdict to every rank): a few hundred
+        # bytes a call, where the arrays are 12.8 KB.
+        for calls in r["calls"]:
+            assert sum(sent for _, sent in calls.values()) < 3 * 300, r

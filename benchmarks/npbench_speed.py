@@ -15,7 +15,9 @@ interleaved rounds (one call of each contender per round, medians over ``--reps`
   receives the arrays whole), and with ``placement="distributed"`` (each rank passes its blocks,
   ``distsdfg.layout``).
 
-While rank 0 times a one-process contender, rank 1 sleeps. Every timed result is compared
+While rank 0 times a one-process contender, rank 1 sleeps; a P=2 call takes the longest of the
+ranks' own times for it, and a rank that is done waits asleep (MPI's blocking calls would spin on
+a core the other rank may need on a machine with other work). Every timed result is compared
 with NumPy's (relative max-norm error; 1e-10 float64, 1e-5 float32); a contender whose result
 differs is reported as wrong, not timed. Sizes: NPBench's "M" preset, scaled by ``SPEED_SIZES``
 so that NumPy takes roughly 50-500 ms on one core of this machine. Rank 0 appends one JSON line
@@ -164,11 +166,14 @@ def _distributed_call(fn, sdfg, bench, args, comm, placed: bool):
                 elif comm.rank != 0:
                     mine[name] = None
         mine.update(sizes)      # ranks that pass blocks give the sizes
-    comm.Barrier()
+    # Each rank times its own call; the call took the longest of them. The ranks wait for each other
+    # asleep, so that a rank that is done (or runs nothing: a program whole on rank 0) takes no core.
+    _sleep_barrier(comm, poll=0.0002)
     t = time.perf_counter()
     ret = fn(**mine)
-    comm.Barrier()
-    ms = (time.perf_counter() - t) * 1e3
+    mine_ms = (time.perf_counter() - t) * 1e3
+    _sleep_barrier(comm)
+    ms = max(comm.allgather(mine_ms))
     for name, lay in layouts.items():      # assembled at rank 0 for the check, after the timing
         blocks = comm.gather(mine[name], root=0)
         if comm.rank == 0:

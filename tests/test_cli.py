@@ -154,7 +154,9 @@ def test_info_names_versions_blas_and_compilers(tmp_path):
     if info.optimized:
         assert fields["BLAS"] == f"{info.name} {info.version}" and info.library in fields["BLAS library"]
     else:
-        assert fields["BLAS"].startswith("NONE") and "pip install mkl" in fields["BLAS"]
+        assert fields["BLAS"].startswith("NONE") and "distsdfg[mkl]" in fields["BLAS"]
+    if info.implementation != "MKL":        # the optional backend: where it is, or how to install it
+        assert fields["Intel MKL"].startswith("installed") == (blas.find_mkl()[0] is not None)
 
 
 def test_threads_per_rank_reaches_every_rank(tmp_path):

@@ -20,8 +20,8 @@ def _env(extra_path=None):
     return env
 
 
-def _distsdfg(args, cwd, timeout=900, extra_path=None):
-    return subprocess.run([sys.executable, "-m", "distsdfg"] + args, cwd=cwd, env=_env(extra_path),
+def _distsdfg(args, cwd, timeout=900, extra_path=None, **env):
+    return subprocess.run([sys.executable, "-m", "distsdfg"] + args, cwd=cwd, env={**_env(extra_path), **env},
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -129,7 +129,8 @@ def test_slurm_script_runs_under_standins(tmp_path):
     _standins(tmp_path / "bin")
     r = _distsdfg(["slurm", os.path.join(ROOT, "examples/matmul.py:matmul"), "--nodes", "2", "--ntasks-per-node", "2",
                    "--time", "00:10:00", "--schedule", "gemm_map=2,2,1", "--sizes", "M=128", "N=64", "K=96",
-                   "--check", "--job-name", "mm", "--submit"], tmp_path, extra_path=str(tmp_path / "bin"))
+                   "--check", "--job-name", "mm", "--submit"], tmp_path, extra_path=str(tmp_path / "bin"),
+                  DISTSDFG_BUILDS=str(tmp_path / "builds"))          # a first build, whatever the cache holds
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert (tmp_path / "mm.sbatch").exists()
     out = (tmp_path / "mm-42.out").read_text()

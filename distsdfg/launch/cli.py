@@ -244,6 +244,22 @@ def cmd_predict(args):
                                    "compute_seconds": p.compute_seconds} for p in curve]}, f, indent=1)
 
 
+def cmd_cache(args):
+    from distsdfg.errors import CommandLineError
+    from ..runtime import cache
+    if args.action == "list":
+        print(cache.report())
+        return
+    try:
+        older = cache.parse_age(args.older_than) if args.older_than else None
+    except ValueError as exc:
+        raise CommandLineError(f"--older-than: {exc}") from None
+    removed = cache.clean(older_than=older)
+    freed = sum(e.size for e in removed)
+    print(f"removed {len(removed)} entries ({cache.format_size(freed)}) from {cache.cache_dir()}")
+    print(f"left: {cache.format_size(cache.total_size())}")
+
+
 def cmd_info(args):
     from .info import report
     print(report())
@@ -350,6 +366,17 @@ def main(argv=None):
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(fn=cmd_launch)
+
+    p = sub.add_parser("cache", help="list the build cache (entries, sizes, last use) or clean it",
+                       description="The build cache: every program build and the compile's shared parts, in "
+                                   "$DISTSDFG_CACHE (default ~/.cache/distsdfg), kept under $DISTSDFG_CACHE_MAX "
+                                   "(default 5G; 0: no cap) by removing the least recently used builds.")
+    p.add_argument("action", nargs="?", default="list", choices=["list", "clean"],
+                   help="list (default), or clean: remove builds, headers and steps (the BLAS set-up and "
+                        "the planner's calibration stay)")
+    p.add_argument("--older-than", default=None, metavar="AGE",
+                   help="with clean: only builds and headers not used for AGE (e.g. 7d, 12h, 30m)")
+    p.set_defaults(fn=cmd_cache)
 
     p = sub.add_parser("info", help="versions of distsdfg, DaCe, NumPy, MPI; the BLAS in use; the compilers")
     p.set_defaults(fn=cmd_info)

@@ -43,6 +43,15 @@ def test_run_example_with_check(tmp_path, program, schedule):
     assert r2.returncode == 0 and "reusing the build" in r2.stderr, r2.stderr[-2000:]
 
 
+def test_an_example_takes_any_rank_count(tmp_path):
+    """The examples derive their grids from the communicator: the Megatron MLP on 3 ranks (uneven
+    blocks of the 512 hidden units), launched from another folder, which gets no build folder."""
+    r = _distsdfg(["launch", "-n", "3", os.path.join(ROOT, "examples/mlp.py")], tmp_path, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "on 3 ranks" in r.stdout and "-> OK" in r.stdout
+    assert os.listdir(tmp_path) == []
+
+
 def test_runs_are_bitwise_deterministic(tmp_path):
     import numpy as np
     args = ["run", os.path.join(ROOT, "examples/matmul.py:matmul"), "-n", "4", "--schedule", "gemm_map=2,1,2",

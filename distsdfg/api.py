@@ -14,6 +14,7 @@ from .errors import InputError, OptionError, ScheduleError, SizeError, SymbolicS
 from .analysis.kernels import MapInfo, find_kernels, main_map_infos, maps
 from .lowering.pipeline import lower_sdfg
 from .lowering.placement import boundary_pricing, placed_arrays
+from .runtime.progress import phase
 from .planner.auto import auto_schedule, explain, schedule_cost
 from .solver.report import comm_plans, comm_report
 from .runtime.program import DistributedProgram, comm_of, compile_distributed
@@ -46,7 +47,7 @@ def main_maps(sdfg: SDFG):
 
 def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[int] = None,
           target: str = "cpu", plan_options: Optional[dict] = None, placement=None,
-          cuda_aware_mpi: bool = False, optimize: Optional[bool] = None) -> SDFG:
+          cuda_aware_mpi: bool = False, optimize: Optional[bool] = None, verbose: Optional[bool] = None) -> SDFG:
     """Lower ``sdfg`` in place to an SPMD program that follows ``schedule``; returns ``sdfg``.
 
     ``schedule="auto"`` plans one with ``auto_schedule(sdfg, nprocs, **plan_options)`` (with
@@ -65,6 +66,9 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
 
     ``optimize=False`` (or ``DISTSDFG_OPTIMIZE=0``) leaves each rank's kernels as the program
     wrote them, one map per operation (``distsdfg.lowering.optimize``; for debugging).
+
+    Planning and lowering that take more than a couple of seconds are reported on rank 0's stderr
+    (``distsdfg.runtime.progress``); ``verbose=False`` or ``DISTSDFG_PROGRESS=0`` turns that off.
     """
     require_sdfg(sdfg, "distsdfg.lower")
     if target not in ("cpu", "gpu"):
@@ -82,13 +86,15 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
         if nprocs is None:
             raise SizeError("lower(sdfg, 'auto') needs nprocs=P, the number of ranks to plan for")
         try:        # planning leaves `sdfg` as it is (``eingraph.build_graph``): the deferred source
-            schedule = auto_schedule(sdfg, nprocs, **{"inputs": boundary_pricing(placement),
-                                                       "placement": placement, **(plan_options or {})})
+            with phase(f"{sdfg.name}: plan for {nprocs} ranks", verbose=verbose):
+                schedule = auto_schedule(sdfg, nprocs, **{"inputs": boundary_pricing(placement),
+                                                           "placement": placement, **(plan_options or {})})
         except SymbolicSizeError as exc:     # plan at the first call, when the sizes are known
             return defer(sdfg, nprocs, exc.symbol, target=target, comm=comm, placement=placement,
                          plan_options=plan_options, optimize=optimize)
-    return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement, comm=comm,
-                      optimize=optimize, nprocs=nprocs)
+    with phase(f"{sdfg.name}: lower", verbose=verbose):
+        return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement, comm=comm,
+                          optimize=optimize, nprocs=nprocs)
 
 
 def _schedule_file(path) -> Schedule:
@@ -111,6 +117,10 @@ def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=
     the original program with the same schedule first; the program's ``.sdfg`` is that copy.
     A program that ``lower(sdfg, "auto")`` left to plan at its first call compiles nothing
     here: its first call with new sizes plans, lowers and compiles (``DeferredProgram``).
+
+    Rank 0 reports the compile and the first call when they take more than a couple of seconds;
+    ``verbose=False`` (or ``DISTSDFG_PROGRESS=0``) is silent, ``verbose=True`` (or
+    ``DISTSDFG_VERBOSE=1``) tells every step of the build.
     """
     require_sdfg(sdfg, "distsdfg.compile")
     if comm is not None and not all(hasattr(comm, a) for a in ("rank", "size", "bcast")):

@@ -49,7 +49,7 @@ BACKENDS = ("openblas", "mkl")          # in the order tried when none is chosen
 FIX = ("pip install scipy-openblas32 (a dependency of distsdfg; wheels for Linux, macOS and Windows), or "
        "pip install 'distsdfg[mkl]' (Intel MKL's mkl and mkl-include wheels, x86-64), or point MKLROOT at an "
        "Intel MKL installation")
-MKL_FIX = "pip install 'distsdfg[mkl]' (or pip install mkl mkl-include)"
+MKL_FIX = "pip install 'distsdfg[mkl]'"
 
 
 class NoBlasWarning(RuntimeWarning):

@@ -121,6 +121,33 @@ def test_sbatch_script_content():
     assert compile_line < srun_line and "-n 128" in lines[srun_line] and "--target gpu" in lines[srun_line]
 
 
+def test_slurm_writes_jobname_sbatch_for_a_program_or_any_driver_script(tmp_path, monkeypatch, capsys):
+    """`distsdfg slurm FILE.py:FUNC` and `distsdfg slurm ... -- python train.py ARGS`: the script is named
+    after the job, and the ranks run this interpreter (with -m mpi4py), not a bare `python`."""
+    from distsdfg.launch.cli import main
+    monkeypatch.chdir(tmp_path)
+    main(["slurm", "--nodes", "2", "--ntasks-per-node", "4", "--", "python", "train.py", "--epochs", "3"])
+    lines = (tmp_path / "distsdfg-train.sbatch").read_text().splitlines()
+    assert "#SBATCH --job-name=distsdfg-train" in lines and not any("--compile-only" in l for l in lines)
+    assert f"srun --ntasks=8 --ntasks-per-node=4 {sys.executable} -m mpi4py train.py --epochs 3" in lines
+    main(["slurm", "examples/matmul.py:matmul", "--job-name", "mm"])
+    assert (tmp_path / "mm.sbatch").exists()
+    main(["slurm", "examples/matmul.py:matmul"])
+    script = (tmp_path / "distsdfg-matmul.sbatch").read_text()
+    assert f"{sys.executable} -m distsdfg run examples/matmul.py:matmul -n 1" in script
+    assert " python " not in script
+    assert SlurmJob(command=("./a.out", "x")).rank_command() == ["./a.out", "x"]
+    for argv in (["slurm"], ["slurm", "p.py:f", "--", "python", "t.py"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert "a driver script after `--`" in capsys.readouterr().err
+
+
+def test_hostfile_reaches_mpiexec():
+    argv = launcher_argv(8, ["x.py"], env={"SLURM_JOB_ID": "1", "SLURM_NTASKS": "8"}, hostfile="hosts")
+    assert argv[1:5] == ["-f", "hosts", "-n", "8"]
+
+
 def _standins(d):
     """srun and sbatch that run locally with the bundled mpiexec."""
     d.mkdir()

@@ -143,6 +143,17 @@ def test_slurm_writes_jobname_sbatch_for_a_program_or_any_driver_script(tmp_path
         assert "a driver script after `--`" in capsys.readouterr().err
 
 
+def test_sizes_come_from_the_inputs_hook():
+    """`run/plan/explain --schedule auto` without --sizes: the shapes of the arrays that the module's
+    inputs(sizes) returns fix the size symbols; sizes given win."""
+    from distsdfg.launch.runner import load_program, sizes_from_inputs
+    prog, mod = load_program(os.path.join(ROOT, "examples/matmul.py:matmul"))
+    sdfg = prog.to_sdfg()
+    assert sizes_from_inputs(mod, sdfg, {}) == {"M": 256, "N": 128, "K": 192}
+    assert sizes_from_inputs(mod, sdfg, {"M": 64}) == {"M": 64, "N": 128, "K": 192}
+    assert sizes_from_inputs(object(), sdfg, {"N": 3}) == {"N": 3}          # no hook
+
+
 def test_hostfile_reaches_mpiexec():
     argv = launcher_argv(8, ["x.py"], env={"SLURM_JOB_ID": "1", "SLURM_NTASKS": "8"}, hostfile="hosts")
     assert argv[1:5] == ["-f", "hosts", "-n", "8"]

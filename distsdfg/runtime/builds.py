@@ -136,11 +136,19 @@ def _build(sdfg: SDFG, folder: str, verbose: bool, rebuild: bool, t0: float):
     finally:
         prepared()
     key = build_key(sdfg, objects)
-    if _in_cache(folder):
-        # A folder per build: jobs that build one program differently at the same time (another
-        # BLAS, another version of distsdfg) never replace a library that another job's ranks load.
-        folder = f"{folder}-{key[:12]}"
-        program.build_folder = folder
+    if not _in_cache(folder):
+        return _compile(sdfg, folder, key, program, objects, wrap, verbose, rebuild, t0)
+    # A folder per build: jobs that build one program differently at the same time (another BLAS,
+    # another version of distsdfg) never replace a library that another job's ranks load. Its lock
+    # keeps the cache's eviction away while it is built.
+    folder = f"{folder}-{key[:12]}"
+    program.build_folder = folder
+    with build_lock(folder):
+        return _compile(sdfg, folder, key, program, objects, wrap, verbose, rebuild, t0)
+
+
+def _compile(sdfg: SDFG, folder: str, key: str, program, objects, wrap, verbose: bool, rebuild: bool, t0: float):
+    """Load the build in ``folder`` if its stamp is ``key``, else compile ``program`` there."""
     rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")
     if not rebuild and _cached(folder, key, sdfg.name):
         _log(f"{sdfg.name}: reusing the build in {folder} ({time.time() - t0:.1f}s)", verbose)

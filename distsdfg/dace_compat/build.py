@@ -235,6 +235,14 @@ def load_compiled(folder: str, program: Optional[SDFG] = None):
         os.remove(copy_path)             # mapped pages stay valid; the folder stays clean
 
 
+def build_folder_chosen(sdfg: SDFG) -> bool:
+    """Whether ``sdfg``'s build folder was chosen: set on the SDFG (DaCe 1.x adds the attribute when it
+    is set, 2.0 holds None until then), or DaCe's ``default_build_folder`` changed from its default."""
+    from dace.config import Config
+    return (vars(sdfg).get("_build_folder") is not None
+            or Config.get("default_build_folder") != Config.get_default("default_build_folder"))
+
+
 def _dll(path: str, name: str):
     """DaCe's handle of the library ``path`` of program ``name``, loaded through the stub
     ``libdacestub_<name>`` beside it (DaCe 1.x takes the name; 2.0 the stub's path)."""

@@ -89,9 +89,7 @@ def place_build(sdfg: SDFG) -> str:
     """Where ``sdfg`` is built: in the build cache (``builds/<name>-<key>``, one folder per build;
     returns ``builds/<name>``, the lock of its builders), unless the caller set the SDFG's
     ``build_folder`` or changed DaCe's ``default_build_folder`` from its default (then there)."""
-    from dace.config import Config
-    if "_build_folder" not in vars(sdfg) and \
-            Config.get("default_build_folder") == Config.get_default("default_build_folder"):
+    if not dc.build_folder_chosen(sdfg):
         sdfg.build_folder = os.path.join(cache.builds_dir(), sdfg.name)
     if _in_cache(sdfg.build_folder):
         return os.path.join(cache.builds_dir(), sdfg.name)

@@ -15,6 +15,7 @@ from .errors import InputError, OptionError, ScheduleError, SizeError, SymbolicS
 from .analysis.kernels import MapInfo, find_kernels, main_map_infos, maps
 from .lowering.pipeline import lower_sdfg
 from .lowering.placement import boundary_pricing, placed_arrays
+from .runtime.progress import phase
 from .planner.auto import auto_schedule, explain, schedule_cost
 from .lowering.whole import prefuse_applies, runs_whole
 from .dace_compat.fusion import copy_into
@@ -50,7 +51,7 @@ def main_maps(sdfg: SDFG):
 
 def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[int] = None,
           target: str = "cpu", plan_options: Optional[dict] = None, placement=None,
-          cuda_aware_mpi: bool = False, optimize: Optional[bool] = None) -> SDFG:
+          cuda_aware_mpi: bool = False, optimize: Optional[bool] = None, verbose: Optional[bool] = None) -> SDFG:
     """Lower ``sdfg`` in place to an SPMD program that follows ``schedule``; returns ``sdfg``.
 
     ``schedule="auto"`` plans one with ``auto_schedule(sdfg, nprocs, **plan_options)`` (with
@@ -69,6 +70,9 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
 
     ``optimize=False`` (or ``DISTSDFG_OPTIMIZE=0``) leaves each rank's kernels as the program
     wrote them, one map per operation (``distsdfg.lowering.optimize``; for debugging).
+
+    Planning and lowering that take more than a couple of seconds are reported on rank 0's stderr
+    (``distsdfg.runtime.progress``); ``verbose=False`` or ``DISTSDFG_PROGRESS=0`` turns that off.
     """
     require_sdfg(sdfg, "distsdfg.lower")
     if target not in ("cpu", "gpu"):
@@ -93,9 +97,11 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
         if written is not None and not dc.fused_in_place(sdfg):
             written = None
         try:        # planning leaves `sdfg` as it is (``eingraph.build_graph``): the deferred source
-            schedule = auto_schedule(sdfg, nprocs, **options)
-            return lower_sdfg(sdfg, schedule, target=target, placement=placement, comm=comm, optimize=optimize,
-                              nprocs=nprocs, whole=runs_whole(nprocs, schedule))
+            with phase(f"{sdfg.name}: plan for {nprocs} ranks", verbose=verbose):
+                schedule = auto_schedule(sdfg, nprocs, **options)
+            with phase(f"{sdfg.name}: lower", verbose=verbose):
+                return lower_sdfg(sdfg, schedule, target=target, placement=placement, comm=comm, optimize=optimize,
+                                  nprocs=nprocs, whole=runs_whole(nprocs, schedule))
         except SymbolicSizeError as exc:     # plan at the first call, when the sizes are known
             if written is not None:           # from the program as written (the copies fuse it)
                 copy_into(sdfg, written)
@@ -108,10 +114,12 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
             copy_into(sdfg, written)       # the fused program could not be planned or lowered: as written
             sdfg._distsdfg = None
             schedule = auto_schedule(sdfg, nprocs, **options)
-            return lower_sdfg(sdfg, schedule, target=target, placement=placement, comm=comm, optimize=optimize,
-                              nprocs=nprocs, whole=runs_whole(nprocs, schedule))
-    return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement, comm=comm,
-                      optimize=optimize, nprocs=nprocs)
+            with phase(f"{sdfg.name}: lower", verbose=verbose):
+                return lower_sdfg(sdfg, schedule, target=target, placement=placement, comm=comm, optimize=optimize,
+                                  nprocs=nprocs, whole=runs_whole(nprocs, schedule))
+    with phase(f"{sdfg.name}: lower", verbose=verbose):
+        return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement, comm=comm,
+                          optimize=optimize, nprocs=nprocs)
 
 
 def _schedule_file(path) -> Schedule:
@@ -134,6 +142,10 @@ def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=
     the original program with the same schedule first; the program's ``.sdfg`` is that copy.
     A program that ``lower(sdfg, "auto")`` left to plan at its first call compiles nothing
     here: its first call with new sizes plans, lowers and compiles (``DeferredProgram``).
+
+    Rank 0 reports the compile and the first call when they take more than a couple of seconds;
+    ``verbose=False`` (or ``DISTSDFG_PROGRESS=0``) is silent, ``verbose=True`` (or
+    ``DISTSDFG_VERBOSE=1``) tells every step of the build.
     """
     require_sdfg(sdfg, "distsdfg.compile")
     if comm is not None and not all(hasattr(comm, a) for a in ("rank", "size", "bcast")):

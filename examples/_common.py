@@ -12,6 +12,18 @@ import distsdfg
 from distsdfg.solver.report import format_report
 
 
+def grid_2d(P):
+    """The two-dimensional process grid closest to square for ``P`` ranks, larger side first:
+    1 -> (1, 1), 2 -> (2, 1), 3 -> (3, 1), 4 -> (2, 2), 6 -> (3, 2), 8 -> (4, 2)."""
+    q = max(d for d in range(1, int(P ** 0.5) + 1) if P % d == 0)
+    return P // q, q
+
+
+def distinct(grids):
+    """``grids`` without repeats, in order (on few ranks several schedules are the same grid)."""
+    return list(dict.fromkeys(tuple(g) for g in grids))
+
+
 def run_schedule(prog, grids_by_label, inputs, reference, symbols=None, tol=1e-10):
     comm = MPI.COMM_WORLD
     symbols = symbols or {}

@@ -1,6 +1,7 @@
-"""A 2-D Jacobi stencil in a time loop: `distsdfg launch -n 4 examples/jacobi.py`.
+"""A 2-D Jacobi stencil in a time loop: `distsdfg launch -n 4 examples/jacobi.py` (any -n).
 
-The loop body's maps are split (2, 2) and then (4, 1). A and B are scattered once, updated in
+On P ranks the loop body's maps are split on the 2-D grid closest to square ((2, 2) for 4 ranks),
+then by rows (P, 1). A and B are scattered once, updated in
 place on their owners for every sweep, and gathered once; inside the loop only halos move:
 each rank receives the rows and columns it lacks from its grid neighbours (Isend/Irecv).
 """
@@ -56,5 +57,7 @@ def run(grid, n=130, steps=11):
 
 
 if __name__ == "__main__":
-    run((2, 2))
-    run((4, 1))
+    P = MPI.COMM_WORLD.size
+    q = max(d for d in range(1, int(P ** 0.5) + 1) if P % d == 0)
+    for grid in dict.fromkeys([(P // q, q), (P, 1)]):
+        run(grid)

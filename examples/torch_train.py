@@ -1,8 +1,8 @@
-"""Train a PyTorch MLP on 4 ranks — `distsdfg launch -n 4 examples/torch_train.py` (needs `pip install -e '.[torch]'`).
+"""Train a PyTorch MLP on P ranks — `distsdfg launch -n 4 examples/torch_train.py` (any -n; needs `pip install -e '.[torch]'`).
 
 The whole training step (forward, cross-entropy loss, PyTorch's backward, SGD with momentum)
 becomes one DaCe program with ``distsdfg.from_torch_train_step``. Two schedules from array
-shardings (``distsdfg.schedule_from_shardings``): data-parallel (the batch split four ways)
+shardings (``distsdfg.schedule_from_shardings``): data-parallel (the batch split P ways)
 and Megatron-style (``fc1`` split by output features, ``fc2`` by input features). Each is
 lowered, compiled once, and trained for a few steps; rank 0 prints the loss next to
 ``torch.optim.SGD`` on the same data and checks the weights at the end.
@@ -22,10 +22,12 @@ import distsdfg  # noqa: E402
 from distsdfg.solver.report import format_report  # noqa: E402
 
 STEPS = 5
-SHARDINGS = {
-    "data-parallel": {"x": (4, 1), "target": (4,)},
-    "Megatron": {"fc1_weight": (4, 1), "fc2_weight": (1, 4)},
-}
+
+
+def shardings(P):
+    """Ways each array is split on ``P`` ranks, per schedule."""
+    return {"data-parallel": {"x": (P, 1), "target": (P,)},
+            "Megatron": {"fc1_weight": (P, 1), "fc2_weight": (1, P)}}
 
 
 class MLP(nn.Module):
@@ -49,8 +51,7 @@ def train(name, shardings, comm):
     x, y = torch.randn(64, 64, generator=g), torch.randint(0, 10, (64,), generator=g)
     step = distsdfg.from_torch_train_step(model, nn.CrossEntropyLoss(), optimizer(model), (x,), y)
     sdfg = step.sdfg
-    ways = {k: tuple(min(w, comm.size) for w in v) for k, v in shardings.items()}
-    distsdfg.lower(sdfg, distsdfg.schedule_from_shardings(sdfg, ways, nprocs=comm.size))
+    distsdfg.lower(sdfg, distsdfg.schedule_from_shardings(sdfg, shardings, nprocs=comm.size))
     if comm.rank == 0:
         print(f"\n== {name} on {comm.size} ranks: {step}")
         print(format_report(distsdfg.comm_report(sdfg, nprocs=comm.size)))
@@ -79,8 +80,8 @@ def train(name, shardings, comm):
 
 def main():
     comm = MPI.COMM_WORLD
-    for name, shardings in SHARDINGS.items():
-        train(name, shardings, comm)
+    for name, ways in shardings(comm.size).items():
+        train(name, ways, comm)
 
 
 if __name__ == "__main__":

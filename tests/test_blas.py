@@ -159,7 +159,8 @@ def test_missing_blas_warns_naming_the_fix(monkeypatch):
     monkeypatch.setattr(dc.blas_library(), "default_implementation", None)
     monkeypatch.setattr(blas, "_INFO", blas.BlasInfo(name="none", implementation="pure", missing="no libmkl_rt"))
     sdfg = matmul.to_sdfg()
-    with pytest.warns(blas.NoBlasWarning, match=r"MatMul.*reference loop nest.*no libmkl_rt.*pip install mkl mkl-include"):
+    with pytest.warns(blas.NoBlasWarning, match=r"MatMul.*reference loop nest.*no libmkl_rt.*scipy-openblas32.*"
+                                                r"pip install 'distsdfg\[mkl\]'"):
         assert blas.warn_if_reference(sdfg)
     assert issubclass(blas.NoBlasWarning, RuntimeWarning)
 
@@ -169,6 +170,26 @@ def test_missing_blas_warns_naming_the_fix(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert not blas.warn_if_reference(add.to_sdfg())       # no matrix product: nothing to say
+
+
+def test_without_mkl_openblas_is_used_and_asking_for_mkl_says_how_to_install_it(monkeypatch):
+    """MKL is the optional extra distsdfg[mkl]: without it the default is OpenBLAS, and DISTSDFG_BLAS=mkl
+    falls back to OpenBLAS with a warning naming the install command; `distsdfg info` says the same."""
+    if blas.blas_openblas.find()[0] is None:
+        pytest.skip("no OpenBLAS here")
+    from distsdfg.launch import info as report
+    before = blas.info()
+    monkeypatch.setattr(blas, "find_mkl", lambda: (None, f"no libmkl_rt (the mkl wheel) under /x: {blas.MKL_FIX}"))
+    try:
+        monkeypatch.delenv(blas.BACKEND_ENV, raising=False)
+        assert blas.configure(force=True).implementation == "OpenBLAS"
+        assert dict(report.rows())["Intel MKL"] == f"not installed (optional: {blas.MKL_FIX})"
+        monkeypatch.setenv(blas.BACKEND_ENV, "mkl")
+        with pytest.warns(RuntimeWarning, match=r"mkl asked for but not usable.*pip install 'distsdfg\[mkl\]'"):
+            assert blas.configure(force=True).implementation == "OpenBLAS"
+    finally:
+        monkeypatch.undo()
+        blas.configure({"OpenBLAS": "openblas", "MKL": "mkl"}.get(before.implementation), force=True)
 
 
 def test_find_mkl_says_what_is_missing(monkeypatch, tmp_path):

@@ -20,8 +20,8 @@ def _env(extra_path=None):
     return env
 
 
-def _distsdfg(args, cwd, timeout=900, extra_path=None):
-    return subprocess.run([sys.executable, "-m", "distsdfg"] + args, cwd=cwd, env=_env(extra_path),
+def _distsdfg(args, cwd, timeout=900, extra_path=None, **env):
+    return subprocess.run([sys.executable, "-m", "distsdfg"] + args, cwd=cwd, env={**_env(extra_path), **env},
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -41,6 +41,15 @@ def test_run_example_with_check(tmp_path, program, schedule):
     # The second run finds the build.
     r2 = _distsdfg(["run", os.path.join(ROOT, program), "-n", "4", "--schedule"] + schedule, tmp_path)
     assert r2.returncode == 0 and "reusing the build" in r2.stderr, r2.stderr[-2000:]
+
+
+def test_an_example_takes_any_rank_count(tmp_path):
+    """The examples derive their grids from the communicator: the Megatron MLP on 3 ranks (uneven
+    blocks of the 512 hidden units), launched from another folder, which gets no build folder."""
+    r = _distsdfg(["launch", "-n", "3", os.path.join(ROOT, "examples/mlp.py")], tmp_path, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "on 3 ranks" in r.stdout and "-> OK" in r.stdout
+    assert os.listdir(tmp_path) == []
 
 
 def test_runs_are_bitwise_deterministic(tmp_path):
@@ -112,6 +121,44 @@ def test_sbatch_script_content():
     assert compile_line < srun_line and "-n 128" in lines[srun_line] and "--target gpu" in lines[srun_line]
 
 
+def test_slurm_writes_jobname_sbatch_for_a_program_or_any_driver_script(tmp_path, monkeypatch, capsys):
+    """`distsdfg slurm FILE.py:FUNC` and `distsdfg slurm ... -- python train.py ARGS`: the script is named
+    after the job, and the ranks run this interpreter (with -m mpi4py), not a bare `python`."""
+    from distsdfg.launch.cli import main
+    monkeypatch.chdir(tmp_path)
+    main(["slurm", "--nodes", "2", "--ntasks-per-node", "4", "--", "python", "train.py", "--epochs", "3"])
+    lines = (tmp_path / "distsdfg-train.sbatch").read_text().splitlines()
+    assert "#SBATCH --job-name=distsdfg-train" in lines and not any("--compile-only" in l for l in lines)
+    assert f"srun --ntasks=8 --ntasks-per-node=4 {sys.executable} -m mpi4py train.py --epochs 3" in lines
+    main(["slurm", "examples/matmul.py:matmul", "--job-name", "mm"])
+    assert (tmp_path / "mm.sbatch").exists()
+    main(["slurm", "examples/matmul.py:matmul"])
+    script = (tmp_path / "distsdfg-matmul.sbatch").read_text()
+    assert f"{sys.executable} -m distsdfg run examples/matmul.py:matmul -n 1" in script
+    assert " python " not in script
+    assert SlurmJob(command=("./a.out", "x")).rank_command() == ["./a.out", "x"]
+    for argv in (["slurm"], ["slurm", "p.py:f", "--", "python", "t.py"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert "a driver script after `--`" in capsys.readouterr().err
+
+
+def test_sizes_come_from_the_inputs_hook():
+    """`run/plan/explain --schedule auto` without --sizes: the shapes of the arrays that the module's
+    inputs(sizes) returns fix the size symbols; sizes given win."""
+    from distsdfg.launch.runner import load_program, sizes_from_inputs
+    prog, mod = load_program(os.path.join(ROOT, "examples/matmul.py:matmul"))
+    sdfg = prog.to_sdfg()
+    assert sizes_from_inputs(mod, sdfg, {}) == {"M": 256, "N": 128, "K": 192}
+    assert sizes_from_inputs(mod, sdfg, {"M": 64}) == {"M": 64, "N": 128, "K": 192}
+    assert sizes_from_inputs(object(), sdfg, {"N": 3}) == {"N": 3}          # no hook
+
+
+def test_hostfile_reaches_mpiexec():
+    argv = launcher_argv(8, ["x.py"], env={"SLURM_JOB_ID": "1", "SLURM_NTASKS": "8"}, hostfile="hosts")
+    assert argv[1:5] == ["-f", "hosts", "-n", "8"]
+
+
 def _standins(d):
     """srun and sbatch that run locally with the bundled mpiexec."""
     d.mkdir()
@@ -129,7 +176,8 @@ def test_slurm_script_runs_under_standins(tmp_path):
     _standins(tmp_path / "bin")
     r = _distsdfg(["slurm", os.path.join(ROOT, "examples/matmul.py:matmul"), "--nodes", "2", "--ntasks-per-node", "2",
                    "--time", "00:10:00", "--schedule", "gemm_map=2,2,1", "--sizes", "M=128", "N=64", "K=96",
-                   "--check", "--job-name", "mm", "--submit"], tmp_path, extra_path=str(tmp_path / "bin"))
+                   "--check", "--job-name", "mm", "--submit"], tmp_path, extra_path=str(tmp_path / "bin"),
+                  DISTSDFG_BUILDS=str(tmp_path / "builds"))          # a first build, whatever the cache holds
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert (tmp_path / "mm.sbatch").exists()
     out = (tmp_path / "mm-42.out").read_text()
@@ -154,7 +202,9 @@ def test_info_names_versions_blas_and_compilers(tmp_path):
     if info.optimized:
         assert fields["BLAS"] == f"{info.name} {info.version}" and info.library in fields["BLAS library"]
     else:
-        assert fields["BLAS"].startswith("NONE") and "pip install mkl" in fields["BLAS"]
+        assert fields["BLAS"].startswith("NONE") and "distsdfg[mkl]" in fields["BLAS"]
+    if info.implementation != "MKL":        # the optional backend: where it is, or how to install it
+        assert fields["Intel MKL"].startswith("installed") == (blas.find_mkl()[0] is not None)
 
 
 def test_threads_per_rank_reaches_every_rank(tmp_path):

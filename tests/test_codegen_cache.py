@@ -77,10 +77,10 @@ def test_code_generation_validates_again_only_a_changed_sdfg(monkeypatch):
     monkeypatch.setattr(runtime, "build_key", lambda *a: "key")
     monkeypatch.setattr(runtime, "_cached", lambda *a: True)
     monkeypatch.setattr(dc, "load_compiled", lambda *a: None)
-    runtime._build(sdfg, False, False, 0.0)
+    runtime._build(sdfg, sdfg.build_folder, False, False, 0.0)
     sdfg.add_state("edited")
     assert sdfg._distsdfg.validated != dc.structure_fingerprint(sdfg)
-    runtime._build(sdfg, False, False, 0.0)
+    runtime._build(sdfg, sdfg.build_folder, False, False, 0.0)
     assert seen == [False, True]
 
 

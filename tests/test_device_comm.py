@@ -54,7 +54,8 @@ POLICIES = {"emulated": "EmulatedDeviceMem", "emulated-staged": "EmulatedStagedM
 def jobs(tmp_path_factory):
     """One mpiexec job per policy, started together: a job compiles on rank 0 while its other ranks
     sleep, so two side by side keep both cores of a small machine busy."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               DISTSDFG_BUILDS=".dacecache")          # builds in the job's folder, read below
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     started = {}
     for policy in POLICIES:

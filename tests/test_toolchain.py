@@ -136,6 +136,7 @@ def test_cmake_build_on_request(tmp_path, monkeypatch):
     monkeypatch.setenv("DISTSDFG_CMAKE", "1")
     sdfg = scale_add.to_sdfg()
     distsdfg.lower(sdfg, {"_Mult__map": (1,), "_Add__map": (1,)})
+    sdfg.build_folder = str(tmp_path / "build")      # not the direct build of the same program in the cache
     fn = distsdfg.compile(sdfg, comm=MPI.COMM_SELF)
     x, y = np.arange(5.0), np.ones(5, dtype=np.float32)
     assert np.allclose(fn(x=x, y=y, N=5), x * 2.0 + 1.0)

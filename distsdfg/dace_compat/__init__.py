@@ -18,8 +18,11 @@ from dace.transformation.interstate import loop_detection as _loop_detection
 from dace.transformation.interstate import loop_to_map as _loop_to_map
 
 from ..geometry.boxes import row_major_strides
+from .dace2 import install as _dace2_names
+_dace2_names()      # DaCe 2.0's renamed API under the 1.0.2 names this package calls (dace2.py)
 from .build import (BUILD_TYPE, SEQ_REDUCE, ExpandReduceSequentialByValue, allow_view_arguments, batched_products,
-                    blas_chosen_by_user, blas_implementation, blas_library, blas_nodes, call_compiled, cxx_compiler,
+                    blas_chosen_by_user, blas_implementation, blas_library, blas_nodes, build_folder_chosen, call_compiled,
+                    cxx_compiler,
                     ensure_mpi_on_path, fresh_return_arrays, from_json, generate_code, load_compiled,
                     mkl_link_library, mpi_bin_dir, order_return_arrays, reinitialise, release_build,
                     sequential_reduce, structure_fingerprint, to_json, use_blas_implementation, use_openblas_environment,

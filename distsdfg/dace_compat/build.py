@@ -224,16 +224,36 @@ def load_compiled(folder: str, program: Optional[SDFG] = None):
         program = SDFG.from_file(os.path.join(folder, "program.sdfg"))
     ext = Config.get("compiler", "library_extension")
     lib = os.path.join(folder, "build", f"lib{program.name}.{ext}")
-    if not csdfg.ReloadableDLL(lib, program.name).is_loaded():
-        return csdfg.CompiledSDFG(program, csdfg.ReloadableDLL(lib, program.name))
+    if not _dll(lib, program.name).is_loaded():
+        return csdfg.CompiledSDFG(program, _dll(lib, program.name))
     _private_copies += 1
     copy_path = f"{lib}.{os.getpid()}.{_private_copies}"
     shutil.copyfile(lib, copy_path + ".tmp")
     os.replace(copy_path + ".tmp", copy_path)
     try:
-        return csdfg.CompiledSDFG(program, csdfg.ReloadableDLL(copy_path, program.name))
+        return csdfg.CompiledSDFG(program, _dll(copy_path, program.name))
     finally:
         os.remove(copy_path)             # mapped pages stay valid; the folder stays clean
+
+
+def build_folder_chosen(sdfg: SDFG) -> bool:
+    """Whether ``sdfg``'s build folder was chosen: set on the SDFG (DaCe 1.x adds the attribute when it
+    is set, 2.0 holds None until then), or DaCe's ``default_build_folder`` changed from its default."""
+    from dace.config import Config
+    return (vars(sdfg).get("_build_folder") is not None
+            or Config.get("default_build_folder") != Config.get_default("default_build_folder"))
+
+
+def _dll(path: str, name: str):
+    """DaCe's handle of the library ``path`` of program ``name``, loaded through the stub
+    ``libdacestub_<name>`` beside it (DaCe 1.x takes the name; 2.0 the stub's path)."""
+    from dace.codegen import compiled_sdfg as csdfg
+    from dace.config import Config
+    from .dace2 import DACE_MAJOR
+    if DACE_MAJOR < 2:
+        return csdfg.ReloadableDLL(path, name)
+    stub = os.path.join(os.path.dirname(os.path.realpath(path)), f"libdacestub_{name}.{Config.get('compiler', 'library_extension')}")
+    return csdfg.ReloadableDLL(path, libstub_path=stub)
 
 
 def cxx_compiler() -> str:

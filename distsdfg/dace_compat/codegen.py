@@ -88,9 +88,9 @@ def _shared_symbols_defined_at(defined_at):
     symbols each enclosing scope entry defines, as DaCe's function does."""
     shared = {}
 
-    def symbols_defined_at(self, node):
-        if node is None:
-            return defined_at(self, node)
+    def symbols_defined_at(self, node, **given):
+        if node is None or given:        # DaCe 2.0's state_symbols=...: its own function
+            return defined_at(self, node, **given)
         scopes = enclosing_scopes(self, node)
         sdfg = self.sdfg
         key = (id(sdfg), len(sdfg.symbols), len(sdfg.arrays))

@@ -56,7 +56,7 @@ def _product_type(sdfg, a, b):
 
 
 def _matmul(pv, sdfg, state, a, b, out=None):
-    from dace.frontend.python import replacements
+    from .replacements import ops as replacements
     if out is not None:
         raise _refuse(pv, "np.matmul: out= is not translated; assign the result instead")
     return replacements._matmult(pv, sdfg, state, a, b)
@@ -73,7 +73,7 @@ def _outer(pv, sdfg, state, a, b, out=None):
 
 
 def _inner(pv, sdfg, state, a, b):
-    from dace.frontend.python import replacements
+    from .replacements import ops as replacements
     da, db = _array(pv, sdfg, a, "np.inner"), _array(pv, sdfg, b, "np.inner")
     if len(da.shape) != 1 or len(db.shape) != 1:
         raise _refuse(pv, "np.inner is translated for two vectors; use np.einsum or @ for arrays")
@@ -137,7 +137,7 @@ def _triangle(lower: bool):
 
 def _flattened(nest, sdfg, a):
     """``a`` as one dimension (DaCe's reshape, a view of a contiguous array) for ``axis=None``."""
-    from dace.frontend.python import replacements
+    from .replacements import ops as replacements
     shape = sdfg.arrays[a].shape
     if len(shape) == 1:
         return a
@@ -161,7 +161,7 @@ def _scan(op: str, what: str):
     def scan(pv, sdfg, state, a, axis=None, dtype=None, out=None):
         from dace import dtypes
         from dace.frontend.common.op_repository import Replacements
-        from dace.frontend.python import replacements
+        from .replacements import ops as replacements
         desc = _array(pv, sdfg, a, what)
         if dtype is not None or out is not None:
             raise _refuse(pv, f"{what}: dtype= and out= are not translated; convert the operand first")
@@ -207,7 +207,7 @@ def _diff(pv, sdfg, state, a, n=1, axis=-1):
 def _arg(func: str):
     def arg(pv, sdfg, state, a, axis=None, out=None):
         from dace import dtypes
-        from dace.frontend.python import replacements
+        from .replacements import ops as replacements
         desc = _array(pv, sdfg, a, f"np.arg{func}")
         if out is not None:
             raise _refuse(pv, f"np.arg{func}: out= is not translated")
@@ -232,7 +232,7 @@ def _arg(func: str):
 
 def _extreme(ufunc: str):
     def method(pv, sdfg, state, arr, axis=None, out=None, keepdims=False, kwargs=None):
-        from dace.frontend.python import replacements
+        from .replacements import ops as replacements
         if out is not None:
             raise _refuse(pv, f"a.{ufunc[:3]}(): out= is not translated")
         given = dict(kwargs or {})
@@ -265,7 +265,7 @@ def numpy_array_functions() -> None:
     if _installed or os.environ.get("DISTSDFG_NUMPY_FUNCTIONS", "1") == "0":
         return
     from dace.frontend.common.op_repository import Replacements
-    from dace.frontend.python import replacements
+    from .replacements import ops as replacements
     for name, func in ARRAY_FUNCTIONS.items():
         if name not in Replacements._rep:
             Replacements._rep[name] = _installed[name] = func

@@ -56,7 +56,7 @@ def _kind(sdfg, a) -> str:
 def _as_float(pv, sdfg, state, a: str, what: str) -> str:
     """``a`` itself for a real floating array; a ``float64`` copy of an integer or boolean one."""
     from dace import dtypes
-    from dace.frontend.python import replacements
+    from .replacements import ops as replacements
     kind = _kind(sdfg, a)
     if kind == "f":
         return a
@@ -89,7 +89,7 @@ def _no_extras(pv, what: str, **given):
 
 
 def _clip(pv, sdfg, state, a, a_min=None, a_max=None, out=None, **kwargs):
-    from dace.frontend.python import replacements
+    from .replacements import ops as replacements
     _no_extras(pv, "np.clip", out=out, **kwargs)
     if a_min is None and a_max is None:
         raise _refuse(pv, "np.clip: one of a_min and a_max must be given (NumPy refuses both None too)")
@@ -107,7 +107,7 @@ def _clip(pv, sdfg, state, a, a_min=None, a_max=None, out=None, **kwargs):
 def _variance(pv, sdfg, state, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, what="np.var",
               root=False):
     import dace
-    from dace.frontend.python import replacements
+    from .replacements import ops as replacements
     from dace.frontend.python.nested_call import NestedCall
     _no_extras(pv, what, dtype=dtype, out=out, keepdims=keepdims)
     if not isinstance(a, str) or a not in sdfg.arrays:
@@ -143,7 +143,7 @@ def _std(pv, sdfg, state, a, *args, **kwargs):
 
 
 def _norm(pv, sdfg, state, x, ord=None, axis=None, keepdims=False):
-    from dace.frontend.python import replacements
+    from .replacements import ops as replacements
     from dace.frontend.python.nested_call import NestedCall
     _no_extras(pv, "np.linalg.norm", keepdims=keepdims)
     if not isinstance(x, str) or x not in sdfg.arrays:
@@ -174,7 +174,7 @@ def _reduction(kind: str, what: str):
     def reduction(pv, sdfg, state, a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
         from dace import dtypes
         from dace.frontend.common.op_repository import Replacements
-        from dace.frontend.python import replacements
+        from .replacements import ops as replacements
         from dace.frontend.python.nested_call import NestedCall
         _no_extras(pv, what, dtype=dtype, out=out, keepdims=keepdims, initial=initial, where=where)
         if not isinstance(a, str) or a not in sdfg.arrays:
@@ -202,7 +202,7 @@ def _reduction(kind: str, what: str):
 
 
 def _round(pv, sdfg, state, a, decimals=0, out=None):
-    from dace.frontend.python import replacements
+    from .replacements import ops as replacements
     _no_extras(pv, "np.round", out=out)
     k = _kind(sdfg, a)
     if k not in "f":

@@ -65,7 +65,7 @@ def _converting(original, *, to: str, integers: bool = False):
     one where ``integers``) first converted to the type ``to`` (a ``dace.dtypes`` name)."""
     import numpy as np
     from dace import dtypes
-    from dace.frontend.python import replacements
+    from .replacements import ops as replacements
 
     def replacement(pv, sdfg, state, a, *args, **kwargs):
         desc = sdfg.arrays.get(a) if isinstance(a, str) else None
@@ -100,7 +100,7 @@ def sum_of_booleans_counts() -> None:
     if "_sum" in _installed or os.environ.get("DISTSDFG_PYTHON_DIVISION", "1") == "0":
         return
     from dace.frontend.common.op_repository import Replacements
-    from dace.frontend.python import replacements
+    from .replacements import ops as replacements
     original = replacements._sum
     replacements._sum = _converting(original, to="int64")
     for name in ("numpy.sum", "sum"):

@@ -133,14 +133,15 @@ def rename_symbols(sdfg: SDFG, mapping: Dict[str, str]) -> None:
                 names.add(m.data)
             repl, srepl = part(names)
             if repl:
-                _replace.replace_dict(_OneEdge(edge), repl, srepl)
+                _replace.replace_dict(_OneEdge(edge, sdfg), repl, srepl)
 
 
 class _OneEdge:
-    """A subgraph of one edge and no nodes, for ``dace.sdfg.replace.replace_dict``."""
+    """A subgraph of one edge and no nodes, for ``dace.sdfg.replace.replace_dict`` (DaCe 2.0 reads its ``sdfg``)."""
 
-    def __init__(self, edge):
+    def __init__(self, edge, sdfg):
         self._edge = edge
+        self.sdfg = sdfg
 
     def nodes(self):
         return []

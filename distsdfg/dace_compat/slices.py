@@ -232,7 +232,7 @@ def keep_slice_dimensions() -> None:
 
     # ``.T`` and ``.transpose()`` call the module's ``_transpose``; ``np.transpose`` is registered.
     from dace.frontend.common.op_repository import Replacements
-    from dace.frontend.python import replacements
+    from .replacements import ops as replacements
     original_transpose = replacements._transpose
     transpose = _transpose_with_unit_dimension(original_transpose)
     replacements._transpose = transpose

@@ -25,11 +25,12 @@ def _sizes(items):
 
 def _lowered(args, nprocs_required=False):
     import distsdfg
-    from .runner import load_program, parse_schedule
-    prog, _ = load_program(args.program)
+    from .runner import load_program, parse_schedule, sizes_from_inputs
+    prog, mod = load_program(args.program)
     sdfg = prog.to_sdfg()
     sizes = _sizes(args.sizes)
     if getattr(args, "auto", False) or (args.schedule and list(args.schedule) == ["auto"]):
+        sizes = sizes_from_inputs(mod, sdfg, sizes)         # the module's inputs() hook fixes them
         if args.n is None:
             from distsdfg.errors import CommandLineError
             raise CommandLineError("planning a schedule needs -n P (the number of ranks to plan for)")
@@ -106,8 +107,8 @@ def _busiest(steps) -> int:
 
 def cmd_explain(args):
     import distsdfg
-    from .runner import load_program, parse_schedule
-    prog, _ = load_program(args.program)
+    from .runner import load_program, parse_schedule, sizes_from_inputs
+    prog, mod = load_program(args.program)
     sdfg = prog.to_sdfg()
     sched = parse_schedule(args.schedule, sdfg) if args.schedule else None
     if sched is None and args.n is None:
@@ -115,7 +116,7 @@ def cmd_explain(args):
         raise CommandLineError("distsdfg explain needs --schedule or -n P (to plan one)")
     from ..lowering.placement import boundary_pricing
     print(distsdfg.explain(sdfg, sched, nprocs=args.n, cost_model=args.model, alternatives=args.alternatives,
-                           inputs=boundary_pricing(args.placement), **_sizes(args.sizes)))
+                           inputs=boundary_pricing(args.placement), **sizes_from_inputs(mod, sdfg, _sizes(args.sizes))))
 
 
 def _env(threads_per_rank=None):
@@ -187,13 +188,19 @@ def cmd_slurm(args):
         run_args += ["--placement", args.placement]
     if args.cuda_aware_mpi:
         run_args.append("--cuda-aware-mpi")
-    job = SlurmJob(args.program, nodes=args.nodes, ntasks_per_node=args.ntasks_per_node,
+    from distsdfg.errors import CommandLineError
+    command = tuple(getattr(args, "command", None) or ())
+    if bool(args.program) == bool(command):
+        raise CommandLineError("distsdfg slurm runs FILE.py:FUNC (distsdfg run) or a driver script after `--`, e.g. "
+                               "distsdfg slurm --nodes 4 -- python train.py --epochs 3"
+                               + (" (not both)" if command else ""))
+    job = SlurmJob(args.program or "", command=command, nodes=args.nodes, ntasks_per_node=args.ntasks_per_node,
                    gpus_per_node=args.gpus_per_node, cpus_per_task=args.cpus_per_task, time=args.time,
                    partition=args.partition, account=args.account, constraint=args.constraint,
                    modules=tuple(args.module or ()), env=tuple(tuple(e.split("=", 1)) for e in args.env or ()),
                    target=args.target, run_args=tuple(run_args), job_name=args.job_name)
     script = sbatch_script(job)
-    out = args.output or f"{job.job_name or 'distsdfg'}.sbatch"
+    out = args.output or f"{job.name}.sbatch"
     with open(out, "w") as f:
         f.write(script)
     print(f"wrote {out}")
@@ -217,8 +224,10 @@ def cmd_launch(args):
         raise CommandLineError(f"no script file {args.script!r}: distsdfg launch -n P SCRIPT.py [ARGS ...]")
     if args.n < 1:
         raise CommandLineError(f"-n {args.n} is not a number of ranks (1 or more)")
-    sys.exit(_launch(launcher_argv(args.n, [args.script] + args.args, timeout=args.timeout), args.timeout,
-                     args.threads_per_rank))
+    if args.hostfile and not os.path.isfile(args.hostfile):
+        raise CommandLineError(f"no hostfile {args.hostfile!r}: one machine per line, `host` or `host:ranks`")
+    sys.exit(_launch(launcher_argv(args.n, [args.script] + args.args, timeout=args.timeout, hostfile=args.hostfile),
+                     args.timeout, args.threads_per_rank))
 
 
 def cmd_predict(args):
@@ -242,6 +251,22 @@ def cmd_predict(args):
             json.dump({"machine": json.loads(m.to_json()), "placement": args.placement,
                        "points": [{"nprocs": p.nprocs, "seconds": p.seconds, "comm_seconds": p.comm_seconds,
                                    "compute_seconds": p.compute_seconds} for p in curve]}, f, indent=1)
+
+
+def cmd_cache(args):
+    from distsdfg.errors import CommandLineError
+    from ..runtime import cache
+    if args.action == "list":
+        print(cache.report())
+        return
+    try:
+        older = cache.parse_age(args.older_than) if args.older_than else None
+    except ValueError as exc:
+        raise CommandLineError(f"--older-than: {exc}") from None
+    removed = cache.clean(older_than=older)
+    freed = sum(e.size for e in removed)
+    print(f"removed {len(removed)} entries ({cache.format_size(freed)}) from {cache.cache_dir()}")
+    print(f"left: {cache.format_size(cache.total_size())}")
 
 
 def cmd_info(args):
@@ -317,8 +342,12 @@ def main(argv=None):
     p.add_argument("--json", default=None, help="write the curve to this JSON file")
     p.set_defaults(fn=cmd_predict)
 
-    p = sub.add_parser("slurm", help="write (and with --submit, submit) an sbatch script")
-    p.add_argument("program")
+    p = sub.add_parser("slurm", help="write (and with --submit, submit) an sbatch script",
+                       usage="distsdfg slurm [FILE.py:FUNC] [options] [-- python SCRIPT.py ARGS ...]",
+                       description="A batch script that runs FILE.py:FUNC with distsdfg run (compiled once before "
+                                   "srun), or, after --, any driver script on every rank (python is this "
+                                   "interpreter, with -m mpi4py).")
+    p.add_argument("program", nargs="?", default=None, help="FILE.py:FUNC (or a command after --)")
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--ntasks-per-node", type=int, default=1)
     p.add_argument("--gpus-per-node", type=int, default=0)
@@ -346,15 +375,35 @@ def main(argv=None):
     p = sub.add_parser("launch", help="run any script on local ranks with the bundled mpiexec (or srun)")
     p.add_argument("-n", type=int, default=4)
     p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--hostfile", "-f", default=None, metavar="FILE",
+                   help="start the ranks on these machines (MPICH's format: `host` or `host:ranks` per line)")
     _threads_arg(p)
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(fn=cmd_launch)
 
+    p = sub.add_parser("cache", help="list the build cache (entries, sizes, last use) or clean it",
+                       description="The build cache: every program build and the compile's shared parts, in "
+                                   "$DISTSDFG_CACHE (default ~/.cache/distsdfg), kept under $DISTSDFG_CACHE_MAX "
+                                   "(default 5G; 0: no cap) by removing the least recently used builds.")
+    p.add_argument("action", nargs="?", default="list", choices=["list", "clean"],
+                   help="list (default), or clean: remove builds, headers and steps (the BLAS set-up and "
+                        "the planner's calibration stay)")
+    p.add_argument("--older-than", default=None, metavar="AGE",
+                   help="with clean: only builds and headers not used for AGE (e.g. 7d, 12h, 30m)")
+    p.set_defaults(fn=cmd_cache)
+
     p = sub.add_parser("info", help="versions of distsdfg, DaCe, NumPy, MPI; the BLAS in use; the compilers")
     p.set_defaults(fn=cmd_info)
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = None
+    if argv[:1] == ["slurm"] and "--" in argv:      # distsdfg slurm [options] -- python train.py ...
+        cut = argv.index("--")
+        argv, command = argv[:cut], argv[cut + 1:]
     args = ap.parse_args(argv)
+    if command is not None:
+        args.command = command
     from distsdfg.errors import DistributedLoweringError
     try:
         args.fn(args)

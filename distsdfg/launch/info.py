@@ -46,6 +46,15 @@ def _numpy_blas() -> str:
         return "?"
 
 
+def _mkl_row() -> str:
+    """Whether the optional MKL backend could be chosen, and how to get it."""
+    from ..lowering import blas
+    found, _ = blas.find_mkl()
+    if found is None:
+        return f"not installed (optional: {blas.MKL_FIX})"
+    return f"installed, {found[1]} ({blas.BACKEND_ENV}=mkl uses it)"
+
+
 def rows() -> List[Tuple[str, str]]:
     """(label, value) pairs, in the order ``report`` prints them."""
     import os
@@ -68,6 +77,8 @@ def rows() -> List[Tuple[str, str]]:
                 ("BLAS chosen by", f"{b.chosen_by or 'default'} ({blas.BACKEND_ENV}=openblas|mkl overrides)")]
     else:
         out += [("BLAS", f"NONE: matrix products run DaCe's reference loops ({b.missing}); fix: {blas.FIX}")]
+    if b.implementation != "MKL":
+        out += [("Intel MKL", _mkl_row())]
     layer = (f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}" if b.implementation == "OpenBLAS"
              else f"MKL threading layer {os.environ.get('MKL_THREADING_LAYER', 'default')}")
     out += [("threads per rank", f"{blas.threads_per_rank()} ({layer})")]

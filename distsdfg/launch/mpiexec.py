@@ -33,13 +33,17 @@ def environment(env: Optional[dict] = None) -> str:
 
 def mpiexec_argv(nprocs: int, script: Sequence[str], *, mpiexec: Optional[str] = None,
                  python: Optional[str] = None, timeout: Optional[float] = None,
-                 genv: Optional[dict] = None) -> List[str]:
-    """``[timeout T] mpiexec -n P [-genv K V ...] python -m mpi4py SCRIPT...``: one failing rank aborts the
-    whole job; ``genv`` sets variables in every rank only (not in mpiexec itself)."""
+                 genv: Optional[dict] = None, hostfile: Optional[str] = None) -> List[str]:
+    """``[timeout T] mpiexec [-f HOSTFILE] -n P [-genv K V ...] python -m mpi4py SCRIPT...``: one failing
+    rank aborts the whole job; ``genv`` sets variables in every rank only (not in mpiexec itself);
+    ``hostfile``: the machines to start ranks on (MPICH's Hydra format, ``host[:ranks]`` per line)."""
     argv = []
     if timeout:
         argv += ["timeout", str(int(timeout))]
-    argv += [mpiexec or find_mpiexec(), "-n", str(int(nprocs))]
+    argv += [mpiexec or find_mpiexec()]
+    if hostfile:
+        argv += ["-f", hostfile]
+    argv += ["-n", str(int(nprocs))]
     for k, v in (genv or {}).items():
         argv += ["-genv", str(k), str(v)]
     argv += [python or sys.executable, "-m", "mpi4py"]
@@ -54,8 +58,8 @@ def srun_argv(nprocs: int, script: Sequence[str], *, python: Optional[str] = Non
 
 
 def launcher_argv(nprocs: int, script: Sequence[str], *, env: Optional[dict] = None,
-                  timeout: Optional[float] = None) -> List[str]:
-    """srun inside a Slurm allocation, else the bundled mpiexec."""
-    if environment(env) == "slurm" and shutil.which("srun", path=(env or os.environ).get("PATH")):
+                  timeout: Optional[float] = None, hostfile: Optional[str] = None) -> List[str]:
+    """srun inside a Slurm allocation, else the bundled mpiexec (on the machines of ``hostfile``, if given)."""
+    if not hostfile and environment(env) == "slurm" and shutil.which("srun", path=(env or os.environ).get("PATH")):
         return srun_argv(nprocs, script, timeout=timeout)
-    return mpiexec_argv(nprocs, script, timeout=timeout)
+    return mpiexec_argv(nprocs, script, timeout=timeout, hostfile=hostfile)

@@ -16,7 +16,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["load_program", "parse_schedule", "random_inputs", "run_program", "record_failure", "recorded_failures"]
+__all__ = ["load_program", "parse_schedule", "random_inputs", "sizes_from_inputs", "run_program", "record_failure",
+           "recorded_failures"]
 
 
 def load_program(spec: str):
@@ -107,6 +108,30 @@ def random_inputs(sdfg, sizes: Dict[str, int], seed: int = 0) -> Dict[str, objec
     return out
 
 
+def sizes_from_inputs(mod, sdfg, sizes: Optional[Dict[str, int]] = None) -> Dict[str, int]:
+    """``sizes`` completed with the size symbols that the module's ``inputs(sizes)`` hook fixes: the
+    shapes of the arrays it returns, matched against the program's argument shapes (``A: float64[M, K]``
+    and an A of shape (256, 192) give M=256, K=192), and the integer scalars it passes for symbols.
+    Sizes given win; without the hook, ``sizes`` as they are."""
+    sizes = dict(sizes or {})
+    if not hasattr(mod, "inputs"):
+        return sizes
+    symbols = {str(s) for s in sdfg.free_symbols} | set(sdfg.symbols)
+    found: Dict[str, int] = {}
+    for name, value in mod.inputs(dict(sizes)).items():
+        if name in symbols and isinstance(value, (int, np.integer)):
+            found[name] = int(value)
+            continue
+        desc = sdfg.arrays.get(name)
+        shape = getattr(value, "shape", None)
+        if desc is None or shape is None or len(shape) != len(desc.shape):
+            continue
+        for dim, extent in zip(desc.shape, shape):
+            if str(dim) in symbols:
+                found.setdefault(str(dim), int(extent))
+    return {**found, **sizes}
+
+
 def _outputs(result) -> List[np.ndarray]:
     if result is None:
         return []
@@ -182,7 +207,7 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
         t0 = time.time()
         prog, mod = load_program(spec)
         sdfg = prog.to_sdfg()
-        sizes = dict(sizes or {})
+        sizes = sizes_from_inputs(mod, sdfg, sizes)      # the inputs() hook's shapes, unless --sizes
         P = nprocs or comm.size
         if schedule and list(schedule) == ["auto"]:
             from ..lowering.placement import boundary_pricing

@@ -3,8 +3,8 @@
 GEMM is as fast as NumPy's, MKL's 1.05x-1.2x slower), else Intel MKL from PyPI.
 ``DISTSDFG_BLAS=mkl`` or ``openblas`` chooses one (``BACKEND_ENV``).
 
-MKL: ``pip install -e .`` brings the ``mkl`` wheel (``libmkl_rt.so.N`` in ``<prefix>/lib``) and
-``mkl-include`` (``mkl.h`` in ``<prefix>/include``). DaCe's MKL environment wants
+MKL (optional): ``pip install 'distsdfg[mkl]'`` brings the ``mkl`` wheel (``libmkl_rt.so.N`` in
+``<prefix>/lib``) and ``mkl-include`` (``mkl.h`` in ``<prefix>/include``). DaCe's MKL environment wants
 ``$MKLROOT/include/mkl.h`` and ``$MKLROOT/lib/libmkl_rt.so``, so ``configure()`` lays out an
 MKLROOT of symbolic links to the wheels' files in the cache folder (one per environment),
 exports it, and makes "MKL" the expansion of DaCe's BLAS library nodes (Gemm, Gemv, Dot,
@@ -46,8 +46,10 @@ __all__ = ["BlasInfo", "NoBlasWarning", "configure", "info", "find_mkl", "use_th
 THREADS_ENV = "DISTSDFG_THREADS_PER_RANK"
 BACKEND_ENV = "DISTSDFG_BLAS"
 BACKENDS = ("openblas", "mkl")          # in the order tried when none is chosen
-FIX = ("pip install scipy-openblas32 or pip install mkl mkl-include (distsdfg's own dependencies on x86-64 "
-       "Linux), or point MKLROOT at an Intel MKL installation")
+FIX = ("pip install scipy-openblas32 (a dependency of distsdfg; wheels for Linux, macOS and Windows), or "
+       "pip install 'distsdfg[mkl]' (Intel MKL's mkl and mkl-include wheels, x86-64), or point MKLROOT at an "
+       "Intel MKL installation")
+MKL_FIX = "pip install 'distsdfg[mkl]'"
 
 
 class NoBlasWarning(RuntimeWarning):
@@ -108,10 +110,11 @@ def find_mkl() -> Tuple[Optional[Tuple[Path, Path]], str]:
             if rt is not None and (inc / "mkl.h").exists():
                 return (inc, rt), ""
             if rt is not None:
-                seen.append(f"{rt} but no {inc / 'mkl.h'} (mkl-include)")
+                seen.append(f"{rt} but no {inc / 'mkl.h'} (pip install mkl-include)")
     if seen:
         return None, "found " + "; ".join(seen)
-    return None, f"no libmkl_rt (the mkl wheel) under {', '.join(str(p) for p in _prefixes())}"
+    return None, (f"no libmkl_rt (the mkl wheel) under {', '.join(str(p) for p in _prefixes())}: MKL is optional, "
+                  f"{MKL_FIX}")
 
 
 def _cache_root() -> Path:

@@ -1,6 +1,7 @@
 """Rank 0's build of a lowered program: generated once, keyed by what it compiles (DaCe's version,
 the generated code, the headers), reused from its folder when the key matches, under a file lock
-so that concurrent jobs on one machine build a folder once; loaded on every rank."""
+so that concurrent jobs on one machine build a folder once; loaded on every rank. The folder is in
+the build cache (``runtime/cache.py``), not in the folder the program runs from."""
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ from ..lowering import blas
 from ..lowering.gpu import build_settings
 from ..lowering.rewriter import PLAN_LEN
 from ..mpi.environment import INCLUDE_DIR
-from . import toolchain
+from . import cache, toolchain
 from .locks import file_lock
 
 STAMP = "distsdfg.stamp"
@@ -84,23 +85,43 @@ def load_build(folder: str):
         return dc.load_compiled(folder)
 
 
+def place_build(sdfg: SDFG) -> str:
+    """Where ``sdfg`` is built: in the build cache (``builds/<name>-<key>``, one folder per build;
+    returns ``builds/<name>``, the lock of its builders), unless the caller set the SDFG's
+    ``build_folder`` or changed DaCe's ``default_build_folder`` from its default (then there)."""
+    if not dc.build_folder_chosen(sdfg):
+        sdfg.build_folder = os.path.join(cache.builds_dir(), sdfg.name)
+    if _in_cache(sdfg.build_folder):
+        return os.path.join(cache.builds_dir(), sdfg.name)
+    return sdfg.build_folder
+
+
+def _in_cache(folder: str) -> bool:
+    return os.path.dirname(os.path.abspath(folder)) == os.path.abspath(cache.builds_dir())
+
+
 def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
-    """Compile ``sdfg`` unless its build folder already holds this exact build; returns (compiled, folder).
+    """Compile ``sdfg`` unless its build folder already holds this exact build; returns (compiled, folder)
+    and sets ``sdfg.build_folder`` to the folder.
 
     The stamp is written only after a complete build, so an interrupted compile is rebuilt
     on the next run rather than loaded half-made; builders of one folder take turns (``build_lock``).
+    After a compile, the least recently used builds are evicted down to the cache's cap (``cache.evict``).
     """
     t0 = time.time()
-    with build_lock(sdfg.build_folder), dc.release_build(sdfg):
+    base = place_build(sdfg)
+    with build_lock(base), dc.release_build(sdfg):
         if getattr(getattr(sdfg, "_distsdfg", None), "target", "cpu") == "gpu":
-            with build_settings(sdfg.build_folder):
-                return _build(sdfg, verbose, rebuild, t0)
-        return _build(sdfg, verbose, rebuild, t0)
+            with build_settings(base):
+                compiled, folder = _build(sdfg, base, verbose, rebuild, t0)
+        else:
+            compiled, folder = _build(sdfg, base, verbose, rebuild, t0)
+    sdfg.build_folder = folder
+    return compiled, folder
 
 
-def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
+def _build(sdfg: SDFG, folder: str, verbose: bool, rebuild: bool, t0: float):
     blas.check_program(sdfg)
-    folder = sdfg.build_folder
     wrap = packing(sdfg, keep=(PLAN_LEN,))      # per-rank symbols in one array, above a threshold
     low = getattr(sdfg, "_distsdfg", None)           # validated by the lowering, unless changed since
     validate = not (low is not None and getattr(low, "validated", "") == dc.structure_fingerprint(sdfg))
@@ -113,9 +134,23 @@ def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
     finally:
         prepared()
     key = build_key(sdfg, objects)
+    if not _in_cache(folder):
+        return _compile(sdfg, folder, key, program, objects, wrap, verbose, rebuild, t0)
+    # A folder per build: jobs that build one program differently at the same time (another BLAS,
+    # another version of distsdfg) never replace a library that another job's ranks load. Its lock
+    # keeps the cache's eviction away while it is built.
+    folder = f"{folder}-{key[:12]}"
+    program.build_folder = folder
+    with build_lock(folder):
+        return _compile(sdfg, folder, key, program, objects, wrap, verbose, rebuild, t0)
+
+
+def _compile(sdfg: SDFG, folder: str, key: str, program, objects, wrap, verbose: bool, rebuild: bool, t0: float):
+    """Load the build in ``folder`` if its stamp is ``key``, else compile ``program`` there."""
     rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")
     if not rebuild and _cached(folder, key, sdfg.name):
         _log(f"{sdfg.name}: reusing the build in {folder} ({time.time() - t0:.1f}s)", verbose)
+        cache.touch(os.path.join(folder, STAMP))          # its last use, for the cache's eviction
         return dc.load_compiled(folder), folder
     try:
         os.remove(os.path.join(folder, STAMP))
@@ -123,9 +158,13 @@ def _build(sdfg: SDFG, verbose: bool, rebuild: bool, t0: float):
         pass
     if program.is_loaded():       # a library of this name is loaded here: build under another name
         program, objects = dc.generate_code(sdfg, rename_if_loaded=True, wrap=wrap, validate=False)
+        program.build_folder = folder
     _log(f"{sdfg.name}: generating and compiling C++ ...", verbose)
     how = toolchain.build_program(program, objects, folder)
     with open(os.path.join(folder, STAMP), "w") as f:
         f.write(key)
     _log(f"{sdfg.name}: compiled in {time.time() - t0:.1f}s ({how})", verbose)
+    if _in_cache(folder):
+        for gone in cache.evict(keep=[folder]):
+            _log(f"build cache over {cache.CAP_ENV}: removed {gone.name} ({cache.format_size(gone.size)})", verbose)
     return dc.load_compiled(folder, program), folder

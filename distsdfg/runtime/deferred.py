@@ -29,6 +29,7 @@ from ..lowering.pipeline import lower_sdfg
 from ..lowering.whole import prefuse_applies, runs_whole
 from ..lowering.placement import boundary_pricing, placed_arrays
 from ..planner.auto import auto_schedule
+from .progress import phase
 from .program import DistributedProgram, compile_distributed, idle_bcast
 from ..values.schedule import Schedule
 from ..solver.solve import planned
@@ -148,6 +149,7 @@ class DeferredProgram(DistributedProgram):
         self._compiled = None
         self.comm = comm
         self.verbose = verbose
+        self.progress = verbose         # first-call and phase reports (runtime.progress)
         self._plans = {}
         self._signatures = {}
         self._by_sizes: Dict[SizeKey, DistributedProgram] = {}
@@ -168,7 +170,9 @@ class DeferredProgram(DistributedProgram):
         if self.comm.rank == 0:
             t0 = time.time()
             try:
-                schedule = self.lowered.plan(dict(key))
+                with phase(f"{self.lowered.original_name}: plan for {self.comm.size} ranks", verbose=self.verbose,
+                           comm=self.comm):
+                    schedule = self.lowered.plan(dict(key))
                 _log(f"{self.lowered.original_name}: planned {schedule} for {dict(key)} "
                      f"({time.time() - t0:.1f}s)", verbose)
             except SymbolicSizeError as exc:
@@ -184,7 +188,9 @@ class DeferredProgram(DistributedProgram):
             raise getattr(errors, error[0], DistributedLoweringError)(error[1])
         prog = self._by_schedule.get(schedule.to_json())
         if prog is None:
-            prog = compile_distributed(self.lowered.lower(schedule), comm=self.comm, verbose=self.verbose,
+            with phase(f"{self.lowered.original_name}: lower", verbose=self.verbose, comm=self.comm):
+                lowered = self.lowered.lower(schedule)
+            prog = compile_distributed(lowered, comm=self.comm, verbose=self.verbose,
                                        threads_per_rank=self.threads_per_rank)
             self._by_schedule[schedule.to_json()] = prog
         self._by_sizes[key] = prog

@@ -23,6 +23,7 @@ from ..lowering.gpu import gpu_available, require_cuda_aware_mpi
 from ..lowering.rewriter import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS
 from ..lowering.placement import layout as _layout
 from ..values.plan import ConcreteStep, evaluate
+from . import progress
 from .builds import build, load_build
 from .device_arrays import back_to_device, is_array, is_cupy, on_device, to_host, wait_for_callers_stream
 from .root_args import RootArguments, check_blocks, replica_values, unequal_replicas
@@ -203,7 +204,17 @@ class DistributedProgram:
         return frozenset(n.data for state in self.sdfg.states() for n in state.data_nodes()
                          if not self.sdfg.arrays[n.data].transient and state.in_degree(n) > 0)
 
+    #: report the first call if it is long (``runtime.progress``): None follows $DISTSDFG_PROGRESS
+    progress: Optional[bool] = None
+
     def __call__(self, *args, **kwargs):
+        if not getattr(self, "_called", False):     # the first call: plans the communication, touches the blocks
+            self._called = True
+            with progress.phase(f"{self.lowered.original_name}: first run", verbose=self.progress, comm=self.comm):
+                return self._invoke(args, kwargs)
+        return self._invoke(args, kwargs)
+
+    def _invoke(self, args, kwargs):
         if args:
             names = [n for n in self.sdfg.arg_names if n != PLAN_ARRAY]
             if len(args) > len(names):
@@ -397,13 +408,17 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
     blas.configure()
     blas.use_threads(threads)      # before the BLAS is loaded: OpenBLAS's threads, MKL's layer are fixed then
     dc.ensure_mpi_on_path()
+    shown = verbose          # progress (None: $DISTSDFG_PROGRESS); True also logs the build's steps
     if verbose is None:
         verbose = os.environ.get("DISTSDFG_VERBOSE", "0") not in ("", "0")
     folder, error = None, None
     compiled = None
     if comm.rank == 0:
+        kernels = len(lowered_of(sdfg).kernels)
         try:
-            compiled, folder = build(sdfg, verbose=verbose, rebuild=rebuild)
+            with progress.phase(f"{lowered_of(sdfg).original_name}: compile ({kernels} kernel"
+                                f"{'s' if kernels != 1 else ''})", verbose=False if verbose else shown):
+                compiled, folder = build(sdfg, verbose=verbose, rebuild=rebuild)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
     # Every rank plans from rank 0's lowering: the binary was built from it.
@@ -414,4 +429,6 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
     if comm.rank != 0:
         compiled = load_build(folder)
     comm.Barrier()
-    return DistributedProgram(sdfg, compiled, comm, threads)
+    prog = DistributedProgram(sdfg, compiled, comm, threads)
+    prog.progress = shown
+    return prog

@@ -36,6 +36,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from .. import dace_compat as dc
 from .locks import file_lock
+from .cache import cache_dir as _cache_dir, touch
 
 #: Optimisation flags per CMake build type, as DaCe's CMake project appends them (debug info left out
 #: for RelWithDebInfo, DaCe's default: it makes the compile a quarter slower and nobody reads it).
@@ -60,10 +61,7 @@ class Recipe:
 
 
 def cache_dir() -> str:
-    base = os.environ.get("DISTSDFG_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "distsdfg")
-    os.makedirs(base, exist_ok=True)
-    return base
+    return _cache_dir()
 
 
 def enabled() -> bool:
@@ -199,6 +197,7 @@ def loader_stub(cxx: str) -> str:
     folder = os.path.join(cache_dir(), f"stub-{h}")
     lib = os.path.join(folder, "libdacestub.so")
     if os.path.exists(lib):
+        touch(lib)
         return lib
     os.makedirs(folder, exist_ok=True)
     with file_lock(lib):
@@ -227,6 +226,7 @@ def precompiled_header(cxx: str, flags: List[str], headers: List[str]) -> Option
     folder = os.path.join(cache_dir(), f"pch-{h.hexdigest()[:16]}")
     header = os.path.join(folder, "distsdfg_pch.h")
     if os.path.exists(header + ".gch"):
+        touch(header + ".gch")            # its last use, for the cache's eviction (runtime/cache.py)
         return header
     os.makedirs(folder, exist_ok=True)
     with file_lock(header):
@@ -274,6 +274,7 @@ def host_steps_library(cxx: str, flags: List[str], pch: Optional[str], ctype: st
     folder = os.path.join(cache_dir(), f"steps-{h.hexdigest()[:16]}")
     lib = os.path.join(folder, f"lib{host_step_name(ctype)}.so")
     if os.path.exists(lib):
+        touch(lib)
         return lib
     os.makedirs(folder, exist_ok=True)
     with file_lock(lib):

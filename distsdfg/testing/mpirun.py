@@ -232,11 +232,13 @@ def counted_argv(nprocs: int, script, timeout: float):
 
 def checkout_env(**extra) -> Dict[str, str]:
     """The environment of a local launch that imports this checkout of distsdfg and finds the
-    interpreter's MPI (``mpiexec`` beside ``python``): one thread per rank, plus ``extra``."""
+    interpreter's MPI (``mpiexec`` beside ``python``): one thread per rank, builds in the folder it
+    runs in, plus ``extra``."""
     import os
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # Builds in the job's folder (.dacecache, as DaCe alone), where tests read the generated code.
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               **extra)
+               DISTSDFG_BUILDS=".dacecache", **extra)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     return env
 

@@ -37,6 +37,6 @@ PREFUSE = Flag("DISTSDFG_PREFUSE", True, "fuse maps as DaCe's auto_optimize does
 
 #: A split schedule must be priced at least this many times faster than the whole program on one
 #: rank to be chosen: the time model does not see every per-call and per-step cost of a split program.
-SPLIT_GAIN = 1.25
+SPLIT_GAIN = 1.5
 
 FLAGS = (WHOLE_WHEN_CHEAPER, PREFUSE)

@@ -7,6 +7,7 @@ __all__ = [
     "GridShapeError",
     "UnsupportedProgramError",
     "AccumulationError",
+    "IndirectWriteError",
     "CommunicatorSizeError",
     "InputError",
     "PlacementError",
@@ -45,6 +46,11 @@ class UnsupportedProgramError(DistributedLoweringError):
 
 class AccumulationError(UnsupportedProgramError):
     """A map writes an element from iterations on several ranks without a reduction that combines them."""
+
+
+class IndirectWriteError(AccumulationError):
+    """A map overwrites elements at indices it reads from data (``y[perm[i]] = v``) and the schedule
+    splits the parameter those indices come from: no rank knows which elements the others wrote."""
 
 
 class CommunicatorSizeError(DistributedLoweringError):

@@ -319,7 +319,7 @@ class Rewriter:
         mx = state.exit_node(me)
         amap = k.maps[0]
         me.map.range = kp.tiled_range(amap, clamp=True)
-        if dc.reads_indirectly(amap.accesses) or self.unoffset_buffers(kp):
+        if dc.accesses_indirectly(amap.accesses) or self.unoffset_buffers(kp):
             self.members_only(kp)
         inner = dc.scope_edges(state, me)
         for arr, c in kp.arrays.items():

@@ -21,6 +21,7 @@ __all__ = [
     "SymbolicSizeError",
     "RewriteLimitError",
     "FrontendInvalidError",
+    "ProgramParseError",
 ]
 
 
@@ -111,3 +112,8 @@ class RewriteLimitError(UnsupportedProgramError):
 class FrontendInvalidError(RewriteLimitError):
     """DaCe's own frontend produced an invalid SDFG for the program (DaCe's validation rejects it
     before distsdfg changed anything): the message quotes DaCe's; rewrite the statement it names."""
+
+
+class ProgramParseError(UnsupportedProgramError):
+    """DaCe's frontend cannot parse the ``@dace.program`` (the message quotes the file, the line and its
+    source, and what to write instead)."""

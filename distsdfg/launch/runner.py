@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["load_program", "parse_schedule", "random_inputs", "run_program", "record_failure", "recorded_failures",
+__all__ = ["load_program", "parse_program", "parse_schedule", "random_inputs", "run_program", "record_failure", "recorded_failures",
            "compare_outputs", "written_arguments", "relative_error", "tolerance"]
 
 
@@ -52,6 +52,12 @@ def load_program(spec: str):
                                f"{' (' + ', '.join(sorted(progs)) + ')' if progs else ''}; name one as "
                                f"{path}:FUNCTION")
     return next(iter(progs.values())), mod
+
+
+def parse_program(prog):
+    """``prog.to_sdfg()``; DaCe's parse failures become a ``ProgramParseError`` naming the line and a fix."""
+    from ..dace_compat.frontend_errors import parse
+    return parse(prog)
 
 
 def parse_schedule(items: Optional[Sequence[str]], sdfg):
@@ -184,7 +190,7 @@ def _reference(prog, ref_args: Dict[str, object], sizes: Dict[str, int], written
     from ..dace_compat.scalars import box_arguments, box_complex_scalars
     from ..runtime.builds import build
     from ..values.plan import symbol_values
-    ref_sdfg = prog.to_sdfg()
+    ref_sdfg = parse_program(prog)
     ref_sdfg.name = f"{ref_sdfg.name}_reference"
     box_arguments(ref_args, box_complex_scalars(ref_sdfg), ref_sdfg)     # as DaCe passes them wrong
     known = set(ref_sdfg.arglist()) | {str(s) for s in ref_sdfg.free_symbols}
@@ -247,7 +253,7 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
     try:
         t0 = time.time()
         prog, mod = load_program(spec)
-        sdfg = prog.to_sdfg()
+        sdfg = parse_program(prog)
         sizes = dict(sizes or {})
         P = nprocs or comm.size
         if schedule and list(schedule) == ["auto"]:
@@ -274,7 +280,7 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
         else:
             args = _arguments(mod, sdfg, sizes, seed)
             inputs = _copies(args) if check and rank == 0 else None
-        written = written_arguments(prog.to_sdfg(), args) if check else []
+        written = written_arguments(parse_program(prog), args) if check else []
         t1 = time.time()
         out = fn(**args, **sizes)
         elapsed = comm.allreduce(time.time() - t1, op=MPI.MAX)

@@ -86,14 +86,26 @@ def test_split_histogram_combines_partial_counts():
 
 def test_indirect_reads_and_writes_on_three_ranks(tmp_path):
     """One 3-rank job: each shape on an uneven split, on a grid of one (ranks outside it), and the
-    k-means step (a one-hot matrix built by an indirect write, then multiplied) both ways."""
+    k-means step (a one-hot matrix built by an indirect write, then multiplied) both ways. The job
+    also runs a library max-Reduce without identity in a nested program (its output's fill is
+    ordered through the Reduce's input: DaCe rejects a second edge into a Reduce)."""
     def case(i, name, grid):
-        return FuzzCase(0, i, name, 3, ((_key(_sdfg(name), name), grid),))
+        sdfg = _sdfg(name)
+        key = _key(sdfg, name) if name.startswith("map_") else distsdfg.maps(sdfg)[0].key
+        return FuzzCase(0, i, name, 3, ((key, grid),))
     cases = [case(0, "map_onehot_sums", (1,)), case(1, "map_onehot_sums", (3,)), case(2, "map_scatter_rows", (3,)),
              case(3, "map_scatter_rows", (1,)), case(4, "map_gather_rows", (3,)), case(5, "map_histogram", (3,)),
-             case(6, "map_histogram", (1,)), case(7, "map_scatter_perm", (1,)), case(8, "map_scatter_perm", (3,))]
+             case(6, "map_histogram", (1,)), case(7, "map_scatter_perm", (1,)), case(8, "nested_reduce_max", (3, 1)),
+             case(9, "nested_reduce_max", (1, 3)), case(10, "map_scatter_perm", (3,))]
     results = run_cases(cases, timeout_per_case=60, workdir=str(tmp_path))
     s = summarise(results)
     assert not s["failures"], s["failures"]
     outcomes = {r["case"]: r["outcome"] for r in results}
-    assert outcomes == {f"0:{i}": "ok" for i in range(8)} | {"0:8": "refused"}, results
+    assert outcomes == {f"0:{i}": "ok" for i in range(10)} | {"0:10": "refused"}, results
+
+
+def test_a_nested_reduce_without_identity_lowers():
+    sdfg = _sdfg("nested_reduce_max")
+    distsdfg.lower(sdfg, {distsdfg.maps(sdfg)[0].key: (2, 1)})
+    kinds = [(s.kind, s.array) for s in sdfg._distsdfg.steps]
+    assert ("fill", "out") in kinds and ("reduce", "out") in kinds     # DaCe refused a second edge into the Reduce

@@ -201,7 +201,9 @@ def _resolve_grids(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]):
         axes[m.info.key] = tuple(assign.get(p) for p in m.info.params)
         implied = tuple(grid[a] if a is not None else 1 for a in axes[m.info.key])
         given = schedule.get(m.info.key)
-        if given is not None and tuple(given) != implied:
+        # A library node's helper map (``reduce_init_map``, ``gemm_init_map``) has one correct grid, the
+        # one its main map implies: it takes that grid whatever the schedule gives it.
+        if given is not None and tuple(given) != implied and kernel.kind != "library":
             raise ScheduleError(
                 f"inconsistent schedule inside `{kernel.label}`: map `{m.info.key}` has grid {tuple(given)} but "
                 f"map `{driver.info.key}` with grid {grid} needs it to be {implied} (both touch the same "

@@ -166,6 +166,16 @@ def map_histogram(idx: dace.int64[29], h: dace.int64[6]):
         h[idx[i]] += 1
 
 
+@dace.program
+def _max_into(X: dace.float64[13, 5], r: dace.float64[1]):
+    dace.reduce(lambda a, b: max(a, b), X, out_array=r)
+
+
+@dace.program
+def nested_reduce_max(X: dace.float64[13, 5], out: dace.float64[1]):
+    _max_into(X, out)
+
+
 def _dist(X, Y):
     return np.abs(X[:, :, None] - Y[None, :, :])
 
@@ -261,4 +271,9 @@ MAP_CASES = [
         np.int64), "y": r.random(13)}, lambda A, idx, y: (None, {"y": A[np.arange(13), idx] + 1.0})),
     Case("map_histogram", map_histogram, lambda r: {"idx": r.integers(0, 6, 29).astype(np.int64),
                                                     "h": r.integers(0, 3, 6).astype(np.int64)}, _histogram),
+    # A library Reduce without identity in a nested program (DaCe's own NumPy-frontend tests): it
+    # reduces into the output's current value
+    Case("nested_reduce_max", nested_reduce_max, lambda r: {"X": r.random((13, 5)) - 2.0,
+                                                            "out": np.array([r.choice([-5.0, -1.5])])},
+         lambda X, out: (None, {"out": np.maximum(out, X.max())})),
 ]

@@ -12,7 +12,7 @@ every call starts with ``CallStart.exchange``:
    aborts the job (``MPI_Abort``); the other ranks wait a little longer (rank 0 reports) and then
    report that rank 0 never arrived. Ranks waiting for rank 0 to compile sleep in ``idle_bcast``
    before the call starts, so a long first compile never counts.
-2. **Exchange**: one ``allgather`` of (rank 0's decisions, this rank's own error, this rank's size
+2. **Exchange**: one ``allgather`` on the program's communicator of (rank 0's decisions, this rank's own error, this rank's size
    symbols); every rank raises the same ``InputError`` when any rank had an error or passed sizes
    that differ from rank 0's, naming the ranks and values.
 
@@ -52,13 +52,16 @@ class CallStart:
     """The call-start protocol of one program over one communicator (see the module docstring)."""
 
     def __init__(self, comm, name: str):
-        self.comm = comm.Dup() if comm is not None and comm.size > 1 else comm
+        self.comm = comm
+        # Arrival and notices on a duplicate (no tag of the program's can match them); the exchange
+        # on ``comm`` itself, where the per-call message always went (a byte counter counts it apart).
+        self.ctl = comm.Dup() if comm is not None and comm.size > 1 else comm
         self.name = name
         self.calls = 0
 
     def arrive(self) -> None:
         """Return once every rank has started this call; abort the job after the bound."""
-        comm = self.comm
+        comm = self.ctl
         if comm is None or comm.size == 1:
             return
         from mpi4py import MPI
@@ -83,7 +86,7 @@ class CallStart:
 
     def _abort(self, waited: float, tag: int) -> None:
         from mpi4py import MPI
-        comm = self.comm
+        comm = self.ctl
         if comm.rank == 0:
             here, st = {0}, MPI.Status()
             while comm.Iprobe(source=MPI.ANY_SOURCE, tag=tag, status=st):
@@ -99,6 +102,7 @@ class CallStart:
               f"returned early or called another program leaves the others waiting); raise "
               f"$DISTSDFG_CALL_TIMEOUT (seconds, now {call_timeout():g}; 0: no limit) where ranks legitimately "
               f"arrive further apart. Aborting the job.", file=sys.stderr, flush=True)
+        time.sleep(1.0)         # MPI_Abort can end the launcher before it forwards that line
         MPI.COMM_WORLD.Abort(3)
 
     def exchange(self, decisions: Any, own_error: Optional[str], sizes: Dict[str, Any]) -> Any:
@@ -117,7 +121,7 @@ class CallStart:
             tag = self.calls % _TAGS
             for r, (_, _, _, noticed) in enumerate(got):
                 if noticed:
-                    comm.Recv([np.empty(0, np.int8), MPI.BYTE], source=r, tag=tag)
+                    self.ctl.Recv([np.empty(0, np.int8), MPI.BYTE], source=r, tag=tag)
         elif getattr(self, "_notice", None) is not None:
             self._notice.Wait()
         problems = [f"rank {r}: {e}" for r, (_, e, _, _) in enumerate(got) if e]

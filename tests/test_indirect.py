@@ -109,3 +109,14 @@ def test_a_nested_reduce_without_identity_lowers():
     distsdfg.lower(sdfg, {distsdfg.maps(sdfg)[0].key: (2, 1)})
     kinds = [(s.kind, s.array) for s in sdfg._distsdfg.steps]
     assert ("fill", "out") in kinds and ("reduce", "out") in kinds     # DaCe refused a second edge into the Reduce
+
+
+def test_a_dimension_indexed_two_ways_stays_whole():
+    # NPBench's syrk shape (a nested SDFG whose memlets index one dimension by different
+    # expressions, one of them read at run time): that dimension is kept whole, the rest narrowed,
+    # and nothing raises (a dimension found unknown was compared again with the next memlet).
+    from distsdfg.testing.programs import get
+    sdfg = get("tri_syrk").sdfg()
+    dc.narrow_indirect_accesses(sdfg)
+    find_kernels(sdfg)
+    sdfg.validate()

@@ -73,6 +73,8 @@ def _narrowed_dims(edges, mapped: Dict[str, object], assigned: set, ndim: int):
             fs = {str(s) for s in sympy.sympify(lo).free_symbols | sympy.sympify(hi).free_symbols}
             if fs & assigned:
                 by_value = True
+            if common is False:
+                continue            # unknown already: kept whole
             if st != 1 or not fs <= set(mapped) or (common is not None and (
                     sympy.simplify(sympy.sympify(lo) - common[0]) != 0
                     or sympy.simplify(sympy.sympify(hi) - common[1]) != 0)):

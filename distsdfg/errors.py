@@ -7,6 +7,7 @@ __all__ = [
     "GridShapeError",
     "UnsupportedProgramError",
     "AccumulationError",
+    "IndirectWriteError",
     "CommunicatorSizeError",
     "InputError",
     "PlacementError",
@@ -20,6 +21,7 @@ __all__ = [
     "SymbolicSizeError",
     "RewriteLimitError",
     "FrontendInvalidError",
+    "ProgramParseError",
 ]
 
 
@@ -45,6 +47,11 @@ class UnsupportedProgramError(DistributedLoweringError):
 
 class AccumulationError(UnsupportedProgramError):
     """A map writes an element from iterations on several ranks without a reduction that combines them."""
+
+
+class IndirectWriteError(AccumulationError):
+    """A map overwrites elements at indices it reads from data (``y[perm[i]] = v``) and the schedule
+    splits the parameter those indices come from: no rank knows which elements the others wrote."""
 
 
 class CommunicatorSizeError(DistributedLoweringError):
@@ -105,3 +112,8 @@ class RewriteLimitError(UnsupportedProgramError):
 class FrontendInvalidError(RewriteLimitError):
     """DaCe's own frontend produced an invalid SDFG for the program (DaCe's validation rejects it
     before distsdfg changed anything): the message quotes DaCe's; rewrite the statement it names."""
+
+
+class ProgramParseError(UnsupportedProgramError):
+    """DaCe's frontend cannot parse the ``@dace.program`` (the message quotes the file, the line and its
+    source, and what to write instead)."""

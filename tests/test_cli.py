@@ -220,3 +220,49 @@ def test_threads_per_rank_reaches_every_rank(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     lines = [(tmp_path / f"rank{k}.txt").read_text() for k in range(2)]
     assert lines == ["0 2 2 2 GNU", "1 2 2 2 GNU"]
+
+
+def test_check_compares_each_output_with_its_tolerance():
+    import numpy as np
+
+    from distsdfg.launch.runner import compare_outputs
+    ref = {"return": np.linspace(1.0, 2.0, 6), "T": np.ones((2, 3), np.float32), "h": np.arange(4)}
+    good = {"return": ref["return"] * (1 + 1e-12), "T": ref["T"] * np.float32(1 + 3e-6), "h": np.arange(4)}
+    lines, problems = compare_outputs(good, ref)
+    assert not problems and len(lines) == 3
+    assert lines[0].startswith("return (float64[6]): max relative error 1.") and "(tolerance 1e-10)" in lines[0]
+    assert "(tolerance 1e-05)" in lines[1] and "(tolerance 0)" in lines[2]
+    bad = {"return": ref["return"] + 1e-8, "T": ref["T"] * np.float32(1 + 1e-3), "h": np.arange(4)[::-1]}
+    _, problems = compare_outputs(bad, ref)
+    assert [p.split(":")[0] for p in problems] == ["return", "T", "h"], problems
+    assert "max relative error 5.00e-09 > 1e-10" in problems[0]
+    nan = dict(good, **{"return": np.where(np.arange(6) == 2, np.nan, good["return"])})
+    assert compare_outputs(nan, ref)[1] == ["return: max relative error inf > 1e-10"]
+    assert compare_outputs({"return": ref["return"]}, ref)[1] == ["T: missing from the distributed run",
+                                                                 "h: missing from the distributed run"]
+
+
+def test_check_compares_arguments_updated_in_place_and_catches_a_wrong_one(monkeypatch, capsys, tmp_path):
+    """In process, one rank: a program that returns nothing but updates T and writes S is checked on
+    both; a result made wrong after the run (1e-9 relative) fails the check with the argument's name."""
+    from mpi4py import MPI
+
+    from distsdfg.launch.runner import run_program
+    from distsdfg.runtime.program import DistributedProgram
+    monkeypatch.chdir(tmp_path)
+    spec = os.path.join(ROOT, "tests/data/heat_inplace.py:heat")
+    assert run_program(spec, check=True, comm=MPI.COMM_SELF, schedule=["auto"]) == 0
+    err = capsys.readouterr().err
+    assert "updated in place: T, S" in err and "T (float64[41]): max relative error" in err
+    assert "S (float64[41]): max relative error" in err and "check against a single-process run: OK (2 outputs)" in err
+
+    call = DistributedProgram.__call__
+
+    def wrong(self, *args, **kw):
+        out = call(self, *args, **kw)
+        kw["S"][7] *= 1 + 1e-9
+        return out
+    monkeypatch.setattr(DistributedProgram, "__call__", wrong)
+    assert run_program(spec, check=True, comm=MPI.COMM_SELF, schedule=["auto"]) == 3
+    err = capsys.readouterr().err
+    assert "check against a single-process run FAILED: S: max relative error" in err and "> 1e-10" in err

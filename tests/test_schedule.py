@@ -45,10 +45,21 @@ def test_lower_rejects_bad_schedules(programs):
     sdfg = programs.get("matmul").sdfg()
     with pytest.raises(GridShapeError):
         distsdfg.lower(sdfg, {"_MatMult_.gemm_map": (2, 2)})
-    sdfg = programs.get("matmul").sdfg()
-    with pytest.raises(ScheduleError, match="inconsistent schedule"):
-        distsdfg.lower(sdfg, {"_MatMult_.gemm_map": (2, 2, 1), "_MatMult_.gemm_init_map": (4, 1)})
     assert issubclass(ScheduleError, distsdfg.DistributedLoweringError)
+
+
+def test_a_library_nodes_helper_map_follows_its_main_map(programs):
+    # gemm_init_map only zeroes the product's output: the one grid that fits is the one gemm_map
+    # implies, whatever the schedule names (a per-map schedule that splits gemm_map's M but not the
+    # init map's, or another split): it takes that one instead of refusing the schedule.
+    derived = programs.get("matmul").sdfg()
+    distsdfg.lower(derived, {"_MatMult_.gemm_map": (2, 2, 1)})
+    for helper in [(4, 1), (1, 1), (1, 2)]:
+        sdfg = programs.get("matmul").sdfg()
+        distsdfg.lower(sdfg, {"_MatMult_.gemm_map": (2, 2, 1), "_MatMult_.gemm_init_map": helper})
+        (kg,) = [k for k in sdfg._distsdfg.kernels if "_MatMult_.gemm_map" in k.keys]
+        assert kg.grid == (2, 2, 1)
+        assert [str(s) for s in sdfg._distsdfg.steps] == [str(s) for s in derived._distsdfg.steps]
 
 
 def test_string_schedules(programs):

@@ -10,8 +10,8 @@ from dace import subsets, symbolic
 
 from .. import dace_compat as dc
 from ..values.exprs import same_value as _same, simplified as _simplified
-from ..errors import AccumulationError, ScheduleError, UnsupportedProgramError
-from .kernels import AnalysedMap, Kernel
+from ..errors import AccumulationError, IndirectWriteError, ScheduleError, UnsupportedProgramError
+from .kernels import Access, AnalysedMap, Kernel
 from .memlets import dim_params as _dim_params
 from .tiling import rank_symbol, tile_subset
 
@@ -155,6 +155,13 @@ def _check_unreduced_writes(m: AnalysedMap, grid: Sequence[int]):
             continue
         arr, w = bad[p]
         ones = tuple(1 if q == p else h for q, h in zip(m.info.params, grid))
+        if dc.accesses_indirectly({arr: Access([], [w])}):
+            raise IndirectWriteError(
+                f"map `{m.info.key}` writes `{arr}` at indices it reads from data (`{arr}[{w.subset}]` for each "
+                f"`{p}`), and the schedule splits `{p}` {g} ways: each rank would write some elements of its own "
+                f"copy of `{arr}` and no rank knows which elements the others wrote. Do not split `{p}` (grid "
+                f"{ones} for `{m.info.key}`), or accumulate into an array of zeros (`{arr}[idx[{p}]] += v`), "
+                f"whose copies the ranks then sum")
         raise AccumulationError(
             f"map `{m.info.key}` writes `{arr}[{w.subset}]`, which does not depend on its parameter `{p}`, and "
             f"the schedule splits `{p}` {g} ways: each rank would hold its own partial `{arr}` and nothing "
@@ -194,7 +201,9 @@ def _resolve_grids(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]):
         axes[m.info.key] = tuple(assign.get(p) for p in m.info.params)
         implied = tuple(grid[a] if a is not None else 1 for a in axes[m.info.key])
         given = schedule.get(m.info.key)
-        if given is not None and tuple(given) != implied:
+        # A library node's helper map (``reduce_init_map``, ``gemm_init_map``) has one correct grid, the
+        # one its main map implies: it takes that grid whatever the schedule gives it.
+        if given is not None and tuple(given) != implied and kernel.kind != "library":
             raise ScheduleError(
                 f"inconsistent schedule inside `{kernel.label}`: map `{m.info.key}` has grid {tuple(given)} but "
                 f"map `{driver.info.key}` with grid {grid} needs it to be {implied} (both touch the same "

@@ -125,6 +125,7 @@ def normalise(sdfg: SDFG, *, dry_run: bool = False) -> int:
              dc.copies_to_maps,               # array-to-array copies are kernels too (their blocks move)
              independent_loops_to_maps,       # loops of independent iterations become splittable maps
              accumulations_to_wcr,
+             dc.narrow_indirect_accesses,     # `A[i, idx[i]]` is row i, not all of A
              dc.propagate_wcr_outward)        # an accumulation in a nested map reads as one outside it
     if dry_run:     # each step sees ``sdfg`` as the real run would: the steps before it changed nothing
         return int(any(step(sdfg, dry_run=True) for step in steps))

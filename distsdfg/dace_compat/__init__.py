@@ -29,6 +29,7 @@ from .build import (BUILD_TYPE, SEQ_REDUCE, ExpandReduceSequentialByValue, allow
                     openblas_environment, write_program_folder,
                     write_program_json)
 from .expansions import force_pure_expansion, repair_init_accumulate_races, standalone_expansion
+from .indirect import narrow_indirect_accesses
 from .rename import rename_data
 from .auto_opt import auto_optimize_cpu, fuse_maps_greedily, fused_in_place
 
@@ -37,6 +38,7 @@ __all__ = [
     "standalone_expansion", "top_level_nodes", "all_states", "pystr", "sym", "int_ceil", "Min",
     "program_segments", "interstate_reads", "viewed_arrays", "remove_unused_transients", "reshape_views",
     "auto_optimize_cpu", "fuse_maps_greedily", "fused_in_place",
+    "narrow_indirect_accesses", "accesses_indirectly",
 ]
 
 #: Building and calling compiled programs: ``dace_compat.build``, re-exported here.
@@ -154,11 +156,11 @@ def simplify(sdfg: SDFG) -> SDFG:
     return sdfg
 
 
-def reads_indirectly(accesses) -> bool:
-    """Whether a map reads through data-dependent indices (``x[idx[i]]``): DaCe then gives the
-    map-level memlet fewer accesses than its subset has elements (``x(1) [0:33]``)."""
+def accesses_indirectly(accesses) -> bool:
+    """Whether a map reads or writes through data-dependent indices (``x[idx[i]]``, ``h[idx[i]] += 1``):
+    DaCe then gives the map-level memlet fewer accesses than its subset has elements (``x(1) [0:33]``)."""
     for acc in accesses.values():
-        for m in acc.reads:
+        for m in acc.reads + acc.writes:
             if m.is_empty() or m.subset is None or m.dynamic:
                 continue
             if sympy.simplify(sympy.sympify(m.volume) - sympy.sympify(m.subset.num_elements())) != 0:

@@ -25,9 +25,9 @@ def _sizes(items):
 
 def _lowered(args, nprocs_required=False):
     import distsdfg
-    from .runner import load_program, parse_schedule, sizes_from_inputs
+    from .runner import load_program, parse_program, parse_schedule, sizes_from_inputs
     prog, mod = load_program(args.program)
-    sdfg = prog.to_sdfg()
+    sdfg = parse_program(prog)
     sizes = _sizes(args.sizes)
     if getattr(args, "auto", False) or (args.schedule and list(args.schedule) == ["auto"]):
         sizes = sizes_from_inputs(mod, sdfg, sizes)         # the module's inputs() hook fixes them
@@ -46,9 +46,9 @@ def _lowered(args, nprocs_required=False):
 
 def cmd_maps(args):
     import distsdfg
-    from .runner import load_program
+    from .runner import load_program, parse_program
     prog, _ = load_program(args.program)
-    for m in distsdfg.maps(prog.to_sdfg()):
+    for m in distsdfg.maps(parse_program(prog)):
         print(m)
 
 
@@ -107,9 +107,9 @@ def _busiest(steps) -> int:
 
 def cmd_explain(args):
     import distsdfg
-    from .runner import load_program, parse_schedule, sizes_from_inputs
+    from .runner import load_program, parse_program, parse_schedule, sizes_from_inputs
     prog, mod = load_program(args.program)
-    sdfg = prog.to_sdfg()
+    sdfg = parse_program(prog)
     sched = parse_schedule(args.schedule, sdfg) if args.schedule else None
     if sched is None and args.n is None:
         from distsdfg.errors import CommandLineError

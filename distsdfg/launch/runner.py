@@ -16,8 +16,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["load_program", "parse_schedule", "random_inputs", "sizes_from_inputs", "run_program", "record_failure",
-           "recorded_failures"]
+__all__ = ["load_program", "parse_program", "parse_schedule", "random_inputs", "sizes_from_inputs", "run_program",
+           "record_failure", "recorded_failures", "compare_outputs", "written_arguments", "relative_error", "tolerance"]
 
 
 def load_program(spec: str):
@@ -52,6 +52,12 @@ def load_program(spec: str):
                                f"{' (' + ', '.join(sorted(progs)) + ')' if progs else ''}; name one as "
                                f"{path}:FUNCTION")
     return next(iter(progs.values())), mod
+
+
+def parse_program(prog):
+    """``prog.to_sdfg()``; DaCe's parse failures become a ``ProgramParseError`` naming the line and a fix."""
+    from ..dace_compat.frontend_errors import parse
+    return parse(prog)
 
 
 def parse_schedule(items: Optional[Sequence[str]], sdfg):
@@ -140,37 +146,102 @@ def _outputs(result) -> List[np.ndarray]:
     return [np.asarray(result)]
 
 
-def _compare(got: List[np.ndarray], ref: List[np.ndarray]) -> List[str]:
-    problems = []
-    for i, (a, b) in enumerate(zip(got, ref)):
+def _named(result, args: Dict[str, object], written: Sequence[str]) -> Dict[str, np.ndarray]:
+    """The returned values (``return``, or ``return[0]``, ...) and the arguments the program writes."""
+    outs = _outputs(result)
+    named = {("return" if len(outs) == 1 else f"return[{i}]"): o for i, o in enumerate(outs)}
+    named.update((a, np.asarray(args[a])) for a in written if a in args and args[a] is not None)
+    return named
+
+
+def written_arguments(sdfg, args: Dict[str, object]) -> List[str]:
+    """The array arguments ``sdfg`` writes (updated in place), in argument order."""
+    written = {n.data for state in sdfg.all_states() for n in state.data_nodes()
+               if state.in_degree(n) > 0 and not sdfg.arrays[n.data].transient}
+    return [a for a in args if a in written and hasattr(args[a], "shape")]
+
+
+def tolerance(dtype) -> float:
+    """The largest relative error a check accepts: 1e-5 for float32/complex64, 1e-10 for other
+    floats; integers and booleans must be equal."""
+    dtype = np.dtype(dtype)
+    if not np.issubdtype(dtype, np.inexact):
+        return 0.0
+    return 1e-5 if dtype in (np.float32, np.complex64) else 1e-10
+
+
+def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
+    """max |got - ref| / max |ref| (the absolute error where ``ref`` is all zeros); inf on NaN."""
+    if not ref.size:
+        return 0.0
+    if not np.issubdtype(ref.dtype, np.inexact):
+        return 0.0 if np.array_equal(got, ref) else float("inf")
+    got_nan, ref_nan = np.isnan(got), np.isnan(ref)
+    if not np.array_equal(got_nan, ref_nan):
+        return float("inf")
+    keep = ~ref_nan                  # NaN where both are NaN agrees
+    if not keep.any():
+        return 0.0
+    diff = np.abs(got[keep].astype(ref.dtype) - ref[keep])
+    scale = float(np.abs(ref[keep]).max())
+    return float(diff.max()) / (scale if scale > 0 else 1.0)
+
+
+def compare_outputs(got: Dict[str, np.ndarray], ref: Dict[str, np.ndarray]):
+    """Per output of ``ref`` one report line (its max relative error against its tolerance), and the
+    problems (empty when every output is within its tolerance)."""
+    lines, problems = [], []
+    for name, b in ref.items():
+        b = np.asarray(b)
+        a = got.get(name)
+        if a is None:
+            problems.append(f"{name}: missing from the distributed run")
+            continue
+        a = np.asarray(a)
         if a.shape != b.shape:
-            problems.append(f"output {i}: shape {a.shape} != {b.shape}")
+            problems.append(f"{name}: shape {a.shape} != {b.shape}")
             continue
-        if np.issubdtype(b.dtype, np.integer) or b.dtype == np.bool_:
-            if not np.array_equal(a, b):
-                problems.append(f"output {i}: integer results differ")
-            continue
-        tol = 1e-5 if b.dtype in (np.float32, np.complex64) else 1e-10
-        err = float(np.abs(a - b).max() / max(float(np.abs(b).max()), 1e-300)) if b.size else 0.0
+        err, tol = relative_error(a, b), tolerance(b.dtype)
+        lines.append(f"{name} ({b.dtype}{list(b.shape)}): max relative error {err:.2e} (tolerance {tol:g})")
         if not err <= tol:
-            problems.append(f"output {i}: max relative error {err:.2e} > {tol:g}")
-    if len(got) != len(ref):
-        problems.append(f"{len(got)} outputs, expected {len(ref)}")
-    return problems
+            what = "values differ" if tol == 0 else f"max relative error {err:.2e} > {tol:g}"
+            problems.append(f"{name}: {what}")
+    return lines, problems
+
+
+def _reference(prog, ref_args: Dict[str, object], sizes: Dict[str, int], written: Sequence[str]):
+    """The same program run by DaCe alone in this process, on copies of the inputs: its outputs by name."""
+    from ..dace_compat.scalars import box_arguments, box_complex_scalars
+    from ..runtime.builds import build
+    from ..values.plan import symbol_values
+    ref_sdfg = parse_program(prog)
+    ref_sdfg.name = f"{ref_sdfg.name}_reference"
+    box_arguments(ref_args, box_complex_scalars(ref_sdfg), ref_sdfg)     # as DaCe passes them wrong
+    known = set(ref_sdfg.arglist()) | {str(s) for s in ref_sdfg.free_symbols}
+    syms = {k: v for k, v in symbol_values(ref_sdfg, ref_args, sizes).items()
+            if k in known and k not in ref_args}
+    ref_fn, _ = build(ref_sdfg, verbose=True)
+    return _named(ref_fn(**ref_args, **syms), ref_args, written)
+
+
+def _copies(args: Dict[str, object]) -> Dict[str, object]:
+    return {k: (np.copy(v) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
 
 
 def _blocks(fn, mod, sizes, seed, rank):
-    """Distributed placement: the global inputs (same seed on every rank), this rank's blocks of the
-    placed ones, the size symbols (read off the global shapes) and the placed return values."""
+    """Distributed placement: the global inputs (same seed on every rank) with this rank's blocks of
+    the placed ones, the size symbols (read off the global shapes), the placed return values and the
+    global inputs themselves."""
     from .. import dace_compat as dc
     from ..lowering.placement import global_sizes
-    args = _arguments(mod, dc.from_json(fn.lowered.source), sizes, seed)
-    sizes = global_sizes(fn, args, sizes)
+    whole = _arguments(mod, dc.from_json(fn.lowered.source), sizes, seed)
+    sizes = global_sizes(fn, whole, sizes)
+    args = _copies(whole)
     for a in fn.lowered.boundary:
         if a in args:
             args[a] = fn.layout(a, **sizes).block(args[a], rank)
     returns = sorted(a for a in fn.lowered.boundary if a.startswith("__return"))
-    return args, sizes, returns
+    return args, sizes, returns, whole
 
 
 def _assemble(fn, out, returns, sizes, comm):
@@ -206,13 +277,13 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
     try:
         t0 = time.time()
         prog, mod = load_program(spec)
-        sdfg = prog.to_sdfg()
+        sdfg = parse_program(prog)
         sizes = sizes_from_inputs(mod, sdfg, sizes)      # the inputs() hook's shapes, unless --sizes
         P = nprocs or comm.size
         if schedule and list(schedule) == ["auto"]:
             from ..lowering.placement import boundary_pricing
-            sched = (distsdfg.auto_schedule(sdfg, P, inputs=boundary_pricing(placement), **sizes) if rank == 0
-                     else None)
+            sched = (distsdfg.auto_schedule(sdfg, P, inputs=boundary_pricing(placement),
+                                            **sizes) if rank == 0 else None)
             sched = idle_bcast(comm, sched) if not compile_only else sched
         else:
             sched = parse_schedule(schedule, sdfg)
@@ -229,35 +300,41 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
         fn = distsdfg.compile(sdfg, comm=comm, verbose=(rank == 0) or verbose, threads_per_rank=threads_per_rank)
         placed = fn.lowered.boundary
         if placed:        # every rank makes the same global inputs and passes its blocks
-            args, sizes, returns = _blocks(fn, mod, sizes, seed, rank)
+            args, sizes, returns, inputs = _blocks(fn, mod, sizes, seed, rank)
         else:
             args = _arguments(mod, sdfg, sizes, seed)
+            inputs = _copies(args) if check and rank == 0 else None
+        written = written_arguments(parse_program(prog), args) if check else []
         t1 = time.time()
         out = fn(**args, **sizes)
         elapsed = comm.allreduce(time.time() - t1, op=MPI.MAX)
         code = 0
         if placed and returns:
             out = _assemble(fn, out, returns, sizes, comm)
+        if placed and check:      # arguments updated in place, block by block
+            for a in [a for a in written if a in placed]:
+                blocks = comm.gather(args[a], root=0)
+                args[a] = fn.layout(a, **sizes).assemble(blocks) if rank == 0 else None
         if rank == 0:
             outs = _outputs(out)
             say(f"ran on {comm.size} ranks in {elapsed:.3f}s; outputs: "
-                + (", ".join(f"{o.dtype}{list(o.shape)}" for o in outs) or "none"))
+                + (", ".join(f"{o.dtype}{list(o.shape)}" for o in outs) or "none")
+                + (f"; updated in place: {', '.join(written)}" if written else ""))
             if save:
                 np.savez(save, *outs)
             if check:
-                ref_sdfg = prog.to_sdfg()
-                ref_sdfg.name = f"{ref_sdfg.name}_reference"
-                ref_args = _arguments(mod, ref_sdfg, sizes, seed)
-                from ..dace_compat.scalars import box_arguments, box_complex_scalars
-                box_arguments(ref_args, box_complex_scalars(ref_sdfg), ref_sdfg)     # as DaCe passes them wrong
-                ref_fn, _ = build(ref_sdfg, verbose=True)
-                ref = _outputs(ref_fn(**ref_args, **sizes))
-                problems = _compare(outs, ref)
+                lines, problems = compare_outputs(_named(out, args, written),
+                                                  _reference(prog, inputs, sizes, written))
+                for line in lines:
+                    say("  " + line)
                 if problems:
                     say("check against a single-process run FAILED: " + "; ".join(problems))
                     code = 3
+                elif not lines:
+                    say("check against a single-process run: nothing to compare (no output, no argument "
+                        "written)")
                 else:
-                    say("check against a single-process run: OK")
+                    say(f"check against a single-process run: OK ({len(lines)} output{'s' * (len(lines) > 1)})")
         return idle_bcast(comm, code)     # rank 0 may still be checking against a single-process run
     except SystemExit:
         raise

@@ -15,6 +15,7 @@ from ..analysis.constraints import ArrayConstraint, KernelPlan
 from ..errors import DistributedLoweringError
 from ..mpi import DistributedMemlet
 from .nested_strides import restride_into
+from .ordering import order_before
 from .replicate import REPLICA_AXIS
 from ..values.plan import Layout, StepSpec, axis_symbols, boxes_text
 from .lowered import (COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS, ArrayState, Holding, KernelGrid,
@@ -286,8 +287,8 @@ class Rewriter:
             pre = state.add_access(local)
             src = self.upstream_source(state, arr, target)
             self.dm(state, self.spec(kp, "scatter", arr, local, c, [c.write]), src, pre)
-        if pre is not None:
-            state.add_nedge(pre, target, dace.Memlet())
+        if pre is not None:     # through a library node's inputs: a Reduce takes no extra edge
+            order_before(state, pre, target)
 
     def write_step(self, kp, arr, local, c):
         if c.partial:
@@ -319,7 +320,7 @@ class Rewriter:
         mx = state.exit_node(me)
         amap = k.maps[0]
         me.map.range = kp.tiled_range(amap, clamp=True)
-        if dc.reads_indirectly(amap.accesses) or self.unoffset_buffers(kp):
+        if dc.accesses_indirectly(amap.accesses) or self.unoffset_buffers(kp):
             self.members_only(kp)
         inner = dc.scope_edges(state, me)
         for arr, c in kp.arrays.items():

@@ -30,6 +30,7 @@ from ..lowering.whole import prefuse_applies, runs_whole
 from ..lowering.placement import boundary_pricing, placed_arrays
 from ..planner.auto import auto_schedule
 from .progress import phase
+from .callsync import CallStart
 from .program import DistributedProgram, compile_distributed, idle_bcast
 from ..values.schedule import Schedule
 from ..solver.solve import planned
@@ -154,6 +155,7 @@ class DeferredProgram(DistributedProgram):
         self._signatures = {}
         self._by_sizes: Dict[SizeKey, DistributedProgram] = {}
         self._by_schedule: Dict[str, DistributedProgram] = {}
+        self._start = CallStart(comm, self.lowered.original_name)      # collective, as compile is
 
     @property
     def programs(self) -> Dict[SizeKey, DistributedProgram]:
@@ -200,14 +202,15 @@ class DeferredProgram(DistributedProgram):
         """Collective: ``distsdfg.layout`` of ``array`` in the program planned for ``sizes``."""
         return self.program_for(**sizes).layout(array, **sizes)
 
-    def _call(self, kwargs):
+    def _call(self, kwargs, own_error: Optional[str] = None):
         comm = self.comm
         error, values = None, None
-        if comm.rank == 0:      # the same checks (and cache of checked signatures) as a lowered program's
+        self._start.arrive()
+        given = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k in self.sdfg.symbols}
+        if comm.rank == 0 and own_error is None:   # the same checks (and checked signatures) as a lowered program's
             arrays = {k: v for k, v in kwargs.items() if isinstance(v, np.ndarray) and k not in self.lowered.boundary}
-            given = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray) and k in self.sdfg.symbols}
             values, error, _ = self._checked(kwargs, arrays, given, comm.size)
-        error, values = comm.bcast((error, values), root=0)
+        error, values = self._start.exchange((error, values), own_error, values if comm.rank == 0 and values else given)
         if error is not None:
             raise getattr(errors, error[0], InputError)(error[1])
         return self.program_for(**dict(self.lowered.key(values)))._call(kwargs)

@@ -25,6 +25,7 @@ from ..lowering.placement import layout as _layout
 from ..values.plan import ConcreteStep, evaluate
 from . import progress
 from .builds import build, load_build
+from .callsync import CallStart
 from .device_arrays import back_to_device, is_array, is_cupy, on_device, to_host, wait_for_callers_stream
 from .root_args import RootArguments, check_blocks, replica_values, unequal_replicas
 from ..solver.solve import lowered_of, solve_homes, solve_plan, symbol_values
@@ -85,6 +86,7 @@ class DistributedProgram:
         self._variants: Dict[Tuple[str, ...], Optional["DistributedProgram"]] = {}
         # The per-rank symbols the compiled program takes packed in one array, in order (or None).
         self._packed = packed_names(compiled.sdfg) if getattr(compiled, "sdfg", None) is not None else None
+        self._start = CallStart(comm, self.lowered.original_name)      # collective, as the constructor is
 
     # -- argument checking (rank 0) ---------------------------------------------------------------
     @functools.cached_property
@@ -217,12 +219,15 @@ class DistributedProgram:
     def _invoke(self, args, kwargs):
         if args:
             names = [n for n in self.sdfg.arg_names if n != PLAN_ARRAY]
+            problem = None
             if len(args) > len(names):
-                raise InputError(f"{self.lowered.original_name} takes {len(names)} positional arguments "
-                                 f"({', '.join(names)}), got {len(args)}")
-            twice = sorted(set(names[:len(args)]) & set(kwargs))
-            if twice:
-                raise InputError(f"argument `{twice[0]}` is given both by position and by name")
+                problem = (f"{self.lowered.original_name} takes {len(names)} positional arguments "
+                           f"({', '.join(names)}), got {len(args)}")
+            elif sorted(set(names[:len(args)]) & set(kwargs)):
+                problem = (f"argument `{sorted(set(names[:len(args)]) & set(kwargs))[0]}` is given both by "
+                           f"position and by name")
+            if problem is not None:         # every rank raises it (a rank raising alone would leave the others waiting)
+                return self._call(kwargs, problem)
             kwargs.update(dict(zip(names, args)))
         if self.lowered.target == "gpu" and not getattr(self.lowered, "deferred", False):
             return self._call(kwargs)      # CuPy arguments stay on the device where they can (_call)
@@ -290,22 +295,26 @@ class DistributedProgram:
                 out[kg.member] = int(inside)
         return out
 
-    def _call(self, kwargs):
+    def _call(self, kwargs, own_error: Optional[str] = None):
         t_call = time.perf_counter()
-        if self.lowered.target == "gpu":
-            if not gpu_available():     # DaCe's CUDA runtime would kill the process
-                raise DistributedLoweringError(
-                    f"`{self.lowered.original_name}` was lowered for target='gpu' but rank {self.comm.rank} sees no "
-                    f"CUDA GPU (no driver or no device); run it on GPU nodes or lower with target='cpu'")
-            if self.lowered.comm == "device":
-                require_cuda_aware_mpi(self.lowered.original_name)
+        self._start.arrive()        # every rank is here (or the job is aborted, naming the missing ranks)
+        if self.lowered.target == "gpu" and own_error is None:
+            try:
+                if not gpu_available():     # DaCe's CUDA runtime would kill the process
+                    raise DistributedLoweringError(
+                        f"`{self.lowered.original_name}` was lowered for target='gpu' but rank {self.comm.rank} sees "
+                        f"no CUDA GPU (no driver or no device); run it on GPU nodes or lower with target='cpu'")
+                if self.lowered.comm == "device":
+                    require_cuda_aware_mpi(self.lowered.original_name)
+            except DistributedLoweringError as exc:
+                own_error = str(exc)
         comm, rank, P = self.comm, self.comm.rank, self.comm.size
         if self.lowered.boxed:      # complex scalars travel as one-element arrays (dace_compat.scalars)
             box_arguments(kwargs, self.lowered.boxed, self.sdfg)
         arrays = {k: v for k, v in kwargs.items() if is_array(v) and k not in self.lowered.boundary}
         given = {k: v for k, v in kwargs.items() if not is_array(v) and k in self.sdfg.symbols}
         error, values, reshapes, variant = None, None, None, ()
-        if rank == 0:
+        if rank == 0 and own_error is None:
             values, error, reshapes = self._checked(kwargs, arrays, given, P)
             if error is None and getattr(self.lowered, "data_bounds", None):
                 values, error = inspect_call(self.lowered, arrays, values, P)
@@ -313,8 +322,9 @@ class DistributedProgram:
                 variant = self._variant_arguments(arrays)
         # Scalar arguments steer loops and branches: every rank takes rank 0's.
         scalars = {k: v for k, v in kwargs.items() if not is_array(v) and k not in self.sdfg.symbols}
-        error, values, scalars, reshapes, variant = comm.bcast(
-            (error, values, scalars if rank == 0 else None, reshapes, variant), root=0)
+        error, values, scalars, reshapes, variant = self._start.exchange(
+            (error, values, scalars if rank == 0 else None, reshapes, variant), own_error,
+            values if rank == 0 and values else given)      # rank 0's sizes, also those read off its arrays
         if error is not None:
             raise getattr(errors, error[0], InputError)(error[1])
         if variant and variant != self.lowered.device_args:    # rank 0 passed CuPy arrays

@@ -1,10 +1,12 @@
 """Fuzz corpus, part two: explicit ``dace.map`` kernels as users write them by hand (issue 21).
 
 Read-modify-write and WCR accumulations (sum, max, min, prod; scalar and array targets),
-conditionals inside maps, nested maps, maps inside loops, triangular ranges and index arrays
-(gather). Sizes are odd so that grids split them unevenly. Each entry's reference returns
-``(result, {array: final value})`` like ``fuzz_corpus``, which adds these entries to its ``CORPUS``. (No ``from __future__``: DaCe reads the
-annotations.)
+conditionals inside maps, nested maps, maps inside loops, triangular ranges, and index arrays:
+gathers (``x[idx[i]]``, ``A[i, idx[i]]``), scatters (``A[i, idx[i]] = v``, ``y[perm[i]] = v``), a one-hot
+matrix multiplied afterwards (a k-means step) and a histogram (``h[idx[i]] += 1``). Sizes are odd so
+that grids split them unevenly. Each entry's reference returns ``(result, {array: final value})``
+like ``fuzz_corpus``, which adds these entries to its ``CORPUS``. (No ``from __future__``: DaCe
+reads the annotations.)
 """
 import dace
 import numpy as np
@@ -132,6 +134,48 @@ def map_loop_acc(data: dace.float64[29], lo: dace.float64[3], hi: dace.float64[3
         hi[b] = top
 
 
+@dace.program
+def map_onehot_sums(a: dace.int64[23], X: dace.float64[23, 3]):
+    onehot = np.zeros((23, 5), dtype=np.float64)
+    for i in dace.map[0:23]:
+        onehot[i, a[i]] = 1.0
+    return np.transpose(onehot) @ X
+
+
+@dace.program
+def map_scatter_rows(idx: dace.int64[11], v: dace.float64[11], A: dace.float64[11, 6]):
+    for i in dace.map[0:11]:
+        A[i, idx[i]] = v[i]
+
+
+@dace.program
+def map_scatter_perm(x: dace.float64[17], perm: dace.int64[17], y: dace.float64[17]):
+    for i in dace.map[0:17]:
+        y[perm[i]] = 2.0 * x[i]
+
+
+@dace.program
+def map_gather_rows(A: dace.float64[13, 7], idx: dace.int64[13], y: dace.float64[13]):
+    for i in dace.map[0:13]:
+        y[i] = A[i, idx[i]] + 1.0
+
+
+@dace.program
+def map_histogram(idx: dace.int64[29], h: dace.int64[6]):
+    for i in dace.map[0:29]:
+        h[idx[i]] += 1
+
+
+@dace.program
+def _max_into(X: dace.float64[13, 5], r: dace.float64[1]):
+    dace.reduce(lambda a, b: max(a, b), X, out_array=r)
+
+
+@dace.program
+def nested_reduce_max(X: dace.float64[13, 5], out: dace.float64[1]):
+    _max_into(X, out)
+
+
 def _dist(X, Y):
     return np.abs(X[:, :, None] - Y[None, :, :])
 
@@ -165,6 +209,28 @@ def _binned(r):
     return {"data": d, "lo": np.zeros(3), "hi": np.zeros(3)}
 
 
+def _onehot(a, X):
+    o = np.zeros((len(a), 5))
+    o[np.arange(len(a)), a] = 1.0
+    return o.T @ X, {}
+
+
+def _scatter_rows(idx, v, A):
+    A = A.copy()
+    A[np.arange(len(idx)), idx] = v
+    return None, {"A": A}
+
+
+def _put(y, perm, vals):
+    y = y.copy()
+    y[perm] = vals
+    return y
+
+
+def _histogram(idx, h):
+    return None, {"h": h + np.bincount(idx, minlength=len(h))}
+
+
 MAP_CASES = [
     Case("map_rmw_max", map_rmw_max, _xyz, lambda X, Y, Z: (None, {"Z": np.maximum(Z, _dist(X, Y).max(axis=1))})),
     Case("map_rmw_sum", map_rmw_sum, _xyz, lambda X, Y, Z: (None, {"Z": Z + X @ Y})),
@@ -194,4 +260,20 @@ MAP_CASES = [
     Case("map_loop_acc", map_loop_acc, _binned,
          lambda data, lo, hi: (None, {"lo": np.array([_rows(data, b).min() for b in range(3)]),
                                       "hi": np.array([_rows(data, b).max() for b in range(3)])})),
+    Case("map_onehot_sums", map_onehot_sums,
+         lambda r: {"a": r.integers(0, 5, 23).astype(np.int64), "X": r.random((23, 3))}, _onehot),
+    Case("map_scatter_rows", map_scatter_rows, lambda r: {"idx": r.integers(0, 6, 11).astype(np.int64),
+                                                          "v": r.random(11), "A": r.random((11, 6))}, _scatter_rows),
+    Case("map_scatter_perm", map_scatter_perm, lambda r: {"x": r.random(17), "perm": r.permutation(17).astype(np.int64),
+                                                          "y": r.random(17)},
+         lambda x, perm, y: (None, {"y": _put(y, perm, 2.0 * x)})),
+    Case("map_gather_rows", map_gather_rows, lambda r: {"A": r.random((13, 7)), "idx": r.integers(0, 7, 13).astype(
+        np.int64), "y": r.random(13)}, lambda A, idx, y: (None, {"y": A[np.arange(13), idx] + 1.0})),
+    Case("map_histogram", map_histogram, lambda r: {"idx": r.integers(0, 6, 29).astype(np.int64),
+                                                    "h": r.integers(0, 3, 6).astype(np.int64)}, _histogram),
+    # A library Reduce without identity in a nested program (DaCe's own NumPy-frontend tests): it
+    # reduces into the output's current value
+    Case("nested_reduce_max", nested_reduce_max, lambda r: {"X": r.random((13, 5)) - 2.0,
+                                                            "out": np.array([r.choice([-5.0, -1.5])])},
+         lambda X, out: (None, {"out": np.maximum(out, X.max())})),
 ]

@@ -1,0 +1,54 @@
+"""Ranks that disagree at a call fail on every rank within seconds, naming the disagreement; a rank
+left waiting for ranks that never call aborts the job, naming them (2-rank mpiexec jobs)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from distsdfg.launch.mpiexec import mpiexec_argv
+from distsdfg.runtime.callsync import call_timeout
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "tests", "data", "call_disagreements.py")
+
+
+def test_call_timeout_is_configurable(monkeypatch):
+    monkeypatch.delenv("DISTSDFG_CALL_TIMEOUT", raising=False)
+    assert call_timeout() == 30.0
+    monkeypatch.setenv("DISTSDFG_CALL_TIMEOUT", "2.5")
+    assert call_timeout() == 2.5
+
+
+def _job(tmp_path, mode):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    argv = mpiexec_argv(2, [SCRIPT, str(tmp_path), mode], timeout=240, genv={"DISTSDFG_CALL_TIMEOUT": "3"})
+    r = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
+    logs = [(tmp_path / f"rank{k}.txt").read_text() for k in range(2)]
+    return r, logs
+
+
+def _ended_within(logs, r, seconds):
+    import time
+    start = max(float(next(l for l in log.splitlines() if l.startswith("alone")).split()[1]) for log in logs)
+    assert time.time() - start < seconds, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("mode", ["agree-then-rank1-alone", "rank0-alone"])
+def test_disagreeing_ranks_fail_everywhere_and_a_lonely_call_aborts(tmp_path, mode):
+    r, logs = _job(tmp_path, mode)
+    assert r.returncode not in (0, 124), r.stderr[-2000:]
+    _ended_within(logs, r, 30)
+    for log in logs:
+        assert "not aborted" not in log
+    if mode == "agree-then-rank1-alone":
+        for log in logs:        # the same named error on both ranks, and the next call runs
+            assert "args: InputError: rank 0: add takes 3 positional arguments (A, B, C), got 4" in log, log
+            assert "sizes: InputError: the ranks disagree on the size `N` of `add`: rank 0 has N=10" in log, log
+            assert "rank 1 passes N=12" in log and "good: " in log, log
+        assert "good: [1.0, 2.0, 3.0]" in logs[0]
+        assert "rank 1 waited 6 s at the start of a call of `add`, and rank 0" in r.stderr, r.stderr[-2000:]
+    else:
+        assert "rank 0 waited 3 s at the start of a call of `add` for ranks [1], which never called it" in r.stderr

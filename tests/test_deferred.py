@@ -145,7 +145,8 @@ def test_which_arguments_other_ranks_may_leave_out():
 def results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("deferred")
     out = tmp / "out.json"
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1",
+               DISTSDFG_BUILDS=str(tmp / "builds"))      # a first build, whatever the shared cache holds
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     argv = mpiexec_argv(4, ["-m", "distsdfg.testing.deferred_run", str(out)], timeout=1500)
     proc = subprocess.run(argv, env=env, cwd=str(tmp), capture_output=True, text=True)

@@ -179,7 +179,6 @@ def _distributed_call(fn, sdfg, bench, args, comm, placed: bool):
         if comm.rank == 0:
             mine[name] = lay.assemble(blocks)
     if placed:                              # results: every rank's block of each
-        import distsdfg
         rets = [] if ret is None else list(ret) if isinstance(ret, tuple) else [ret]
         names = sorted(n for n, d in fn.sdfg.arrays.items() if n.startswith("__return") and not d.transient)
         for i, name in enumerate(names):

@@ -1,7 +1,6 @@
 """The public API: maps(), lower(), compile(), comm_report()."""
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 from typing import Optional, Union
@@ -93,15 +92,16 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
             raise LoweredStateError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
                                     f"(prog.to_sdfg()) for another schedule")
         options = {"inputs": boundary_pricing(placement), "placement": placement, **(plan_options or {})}
-        written = copy.deepcopy(sdfg) if prefuse_applies(nprocs, target, optimize) else None
-        if written is not None and not dc.fused_in_place(sdfg):
-            written = None
-        try:        # planning leaves `sdfg` as it is (``eingraph.build_graph``): the deferred source
+        written = dc.fused_in_place(sdfg) if prefuse_applies(nprocs, target, optimize) else None
+
+        def plan_and_lower():
             with phase(f"{sdfg.name}: plan for {nprocs} ranks", verbose=verbose):
-                schedule = auto_schedule(sdfg, nprocs, **options)
+                planned = auto_schedule(sdfg, nprocs, **options)
             with phase(f"{sdfg.name}: lower", verbose=verbose):
-                return lower_sdfg(sdfg, schedule, target=target, placement=placement, comm=comm, optimize=optimize,
-                                  nprocs=nprocs, whole=runs_whole(nprocs, schedule))
+                return lower_sdfg(sdfg, planned, target=target, placement=placement, comm=comm, optimize=optimize,
+                                  nprocs=nprocs, whole=runs_whole(nprocs, planned))
+        try:        # planning leaves `sdfg` as it is (``eingraph.build_graph``): the deferred source
+            return plan_and_lower()
         except SymbolicSizeError as exc:     # plan at the first call, when the sizes are known
             if written is not None:           # from the program as written (the copies fuse it)
                 copy_into(sdfg, written)
@@ -113,10 +113,7 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
                 raise
             copy_into(sdfg, written)       # the fused program could not be planned or lowered: as written
             sdfg._distsdfg = None
-            schedule = auto_schedule(sdfg, nprocs, **options)
-            with phase(f"{sdfg.name}: lower", verbose=verbose):
-                return lower_sdfg(sdfg, schedule, target=target, placement=placement, comm=comm, optimize=optimize,
-                                  nprocs=nprocs, whole=runs_whole(nprocs, schedule))
+            return plan_and_lower()
     with phase(f"{sdfg.name}: lower", verbose=verbose):
         return lower_sdfg(sdfg, as_schedule(schedule), target=target, placement=placement, comm=comm,
                           optimize=optimize, nprocs=nprocs)

@@ -29,6 +29,14 @@ def _keep_blas(sdfg: SDFG, implementation: str) -> int:
     return n
 
 
+def _greedy_fusion(sdfg: SDFG) -> None:
+    """DaCe's greedy subgraph fusion of producer-consumer chains, then of stencils (``auto_optimize``'s order)."""
+    from dace.transformation.auto import auto_optimize as ao
+    cpu = dace.DeviceType.CPU
+    ao.greedy_fuse(sdfg, device=cpu, validate_all=False)
+    ao.greedy_fuse(sdfg, device=cpu, validate_all=False, recursive=False, stencil=True)
+
+
 def auto_optimize_cpu(sdfg: SDFG, *, blas: Optional[str] = None,
                       before_expansion: Optional[Callable[[SDFG], None]] = None) -> SDFG:
     """DaCe's ``auto_optimize(sdfg, DeviceType.CPU)`` in place, with ``blas`` (an implementation name
@@ -52,8 +60,7 @@ def auto_optimize_cpu(sdfg: SDFG, *, blas: Optional[str] = None,
     sdfg.simplify(validate=False)
     sdfg.apply_transformations_repeated(MapCollapse, validate=False)
     # 2. Fusion: producer-consumer chains and stencils, loops moved into maps.
-    ao.greedy_fuse(sdfg, device=cpu, validate_all=False)
-    ao.greedy_fuse(sdfg, device=cpu, validate_all=False, recursive=False, stencil=True)
+    _greedy_fusion(sdfg)
     sdfg.apply_transformations_repeated([MoveLoopIntoMap])
     # 3. Write-conflict resolution tiled, maps collapsed again.
     for nsdfg in list(sdfg.all_sdfgs_recursive()):
@@ -81,33 +88,31 @@ def fuse_maps_greedily(sdfg: SDFG) -> SDFG:
     """The fusion part of ``auto_optimize`` (trivial maps removed, ``simplify``, DaCe's greedy
     subgraph fusion of producer-consumer chains and of stencils), in place; library nodes are kept.
     Raises what DaCe raises (the SDFG may then be half transformed: call it on a copy)."""
-    from dace.transformation.auto import auto_optimize as ao
     from dace.transformation.dataflow import TrivialMapElimination
 
-    cpu = dace.DeviceType.CPU
     sdfg.apply_transformations_repeated(TrivialMapElimination, validate=False)
     sdfg.simplify(validate=False)
-    ao.greedy_fuse(sdfg, device=cpu, validate_all=False)
-    ao.greedy_fuse(sdfg, device=cpu, validate_all=False, recursive=False, stencil=True)
+    _greedy_fusion(sdfg)
     sdfg.validate()
     return sdfg
 
 
-def fused_in_place(sdfg: SDFG) -> bool:
-    """``fuse_maps_greedily`` on a copy of ``sdfg``; where it succeeds and fused anything, the copy
-    becomes ``sdfg`` (in place) and the result is True; where DaCe raises, ``sdfg`` stays as it was."""
+def fused_in_place(sdfg: SDFG) -> Optional[SDFG]:
+    """``fuse_maps_greedily`` on ``sdfg`` in place; returns a copy of the program as written when that
+    fused any map, else None with ``sdfg`` as it was (also where DaCe raises)."""
     import copy
 
     from .fusion import copy_into
 
     def n_maps(g):
         return sum(isinstance(n, nodes.MapEntry) for n, _ in g.all_nodes_recursive())
-    trial = copy.deepcopy(sdfg)
+    written = copy.deepcopy(sdfg)
     try:
-        fuse_maps_greedily(trial)
+        fuse_maps_greedily(sdfg)
+        fused = n_maps(sdfg) < n_maps(written)
     except Exception:       # DaCe's transformations: the program stays as written
-        return False
-    if n_maps(trial) >= n_maps(sdfg):
-        return False
-    copy_into(sdfg, trial)
-    return True
+        fused = False
+    if not fused:
+        copy_into(sdfg, written)
+        return None
+    return written

@@ -198,7 +198,6 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
                                  rw.members.get(kp.kernel.index, "")))
     original = sdfg.name
     tag = target if comm == "host" else f"{target}+{comm}"
-    from .optimize import enabled
     one_rank = nprocs == 1 and target == "cpu" and comm == "host" and enabled(optimize)
     if one_rank:
         tag += "+one-rank"

@@ -1,11 +1,13 @@
 """Keep a nested SDFG's view of an array in step with the buffer the lowering gives it.
 
 A nested SDFG (e.g. the body of a loop DaCe turned into a map) declares its own descriptor for
-each array it reaches through a connector, with the *strides of the outer array*: DaCe passes
-only a pointer. When the lowering points a kernel at a rank's local buffer (a block of the array,
-so smaller strides), the nested descriptor, and every view of it inside, must take the buffer's
-strides, or the body indexes past the buffer (NPBench's conv2d: a heap overwrite and a
-segmentation fault).
+each array it reaches through a connector, with the *shape and strides of the outer array*: DaCe
+passes only a pointer. When the lowering points a kernel at a rank's local buffer (a block of the
+array, so smaller strides), the nested descriptor, and every view of it inside, must take the
+buffer's strides, or the body indexes past the buffer (NPBench's conv2d: a heap overwrite and a
+segmentation fault). The nested descriptor takes the buffer's shape too, in the dimensions where
+it had the array's: DaCe 2.0 validates that a connector's descriptor, in the caller's symbols, is
+the one connected to it.
 
 ``restride_nested(state, edge, old, new)`` does that for one connector edge: each stride inside
 that equals one of the old array's strides becomes the buffer's stride of that dimension; views
@@ -24,7 +26,7 @@ from dace.sdfg import SDFG, nodes
 
 from ..errors import UnsupportedProgramError
 
-__all__ = ["restride_nested", "restride_into"]
+__all__ = ["restride_nested", "restride_into", "reshape_nested"]
 
 
 def _sym(x):
@@ -92,8 +94,19 @@ def _into(nsdfg: nodes.NestedSDFG, conn: str, old: Sequence, new: Sequence, seen
     inner = nsdfg.sdfg
     if conn not in inner.arrays:
         return
-    # The parent's symbols the new strides use must reach the nested SDFG.
-    for s in sorted({str(x) for e in new for x in _sym(e).free_symbols}):
+    _pass_symbols(nsdfg, conn, new, "strides")
+    desc = inner.arrays[conn]
+    # compared in the parent's symbols; the new strides use the parent's names, which the mapping
+    # above makes the same inside
+    what = f"`{conn}` in nested SDFG {inner.name}"
+    pick = _match(_renamed(desc.strides, nsdfg.symbol_mapping), old, new, what)
+    _restride(inner, conn, list(desc.strides), pick, what, seen)
+
+
+def _pass_symbols(nsdfg: nodes.NestedSDFG, conn: str, exprs: Sequence, what: str) -> None:
+    """The parent's symbols that ``exprs`` use reach the nested SDFG under their own names."""
+    inner = nsdfg.sdfg
+    for s in sorted({str(x) for e in exprs for x in _sym(e).free_symbols}):
         have = nsdfg.symbol_mapping.get(s)
         if have is None:
             nsdfg.symbol_mapping[s] = _sym(s)
@@ -102,13 +115,37 @@ def _into(nsdfg: nodes.NestedSDFG, conn: str, old: Sequence, new: Sequence, seen
         elif not _equal(have, s):
             raise UnsupportedProgramError(
                 f"nested SDFG {inner.name}: its symbol `{s}` stands for {have}, but the local buffer passed as "
-                f"`{conn}` needs the outer `{s}` in its strides; run this kernel whole (its map unsplit)")
-    desc = inner.arrays[conn]
-    # compared in the parent's symbols; the new strides use the parent's names, which the mapping
-    # above makes the same inside
-    what = f"`{conn}` in nested SDFG {inner.name}"
-    pick = _match(_renamed(desc.strides, nsdfg.symbol_mapping), old, new, what)
-    _restride(inner, conn, list(desc.strides), pick, what, seen)
+                f"`{conn}` needs the outer `{s}` in its {what}; run this kernel whole (its map unsplit)")
+
+
+def reshape_nested(nsdfg: nodes.NestedSDFG, conn: str, old: Sequence, new: Sequence) -> None:
+    """The lowering passed a buffer of shape ``new`` where the array of shape ``old`` was passed to
+    connector ``conn`` of ``nsdfg``: each dimension of the nested descriptor that has the array's
+    extent takes the buffer's, and so on into the nested SDFGs it passes the whole array to."""
+    inner = nsdfg.sdfg
+    desc = inner.arrays.get(conn)
+    if (not isinstance(desc, dt.Array) or isinstance(desc, dt.View) or len(old) != len(new)
+            or len(desc.shape) != len(old) or all(_equal(a, b) for a, b in zip(old, new))):
+        return
+    seen = _renamed(desc.shape, nsdfg.symbol_mapping)
+    if not any(_equal(s, o) for s, o in zip(seen, old)):
+        return
+    _pass_symbols(nsdfg, conn, new, "shape")
+    before = tuple(desc.shape)
+    shape = tuple(n if _equal(s, o) else d for d, s, o, n in zip(desc.shape, seen, old, new))
+    if _equal(desc.total_size, sympy.prod([_sym(d) for d in before])):
+        desc.total_size = sympy.prod([_sym(d) for d in shape])
+    desc.shape = shape
+    for st in inner.all_states():
+        for node in st.nodes():
+            if not isinstance(node, nodes.NestedSDFG):
+                continue
+            for e in st.in_edges(node):
+                if e.data.data == conn and e.dst_conn is not None:
+                    reshape_nested(node, e.dst_conn, before, shape)
+            for e in st.out_edges(node):
+                if e.data.data == conn and e.src_conn is not None:
+                    reshape_nested(node, e.src_conn, before, shape)
 
 
 def restride_nested(nsdfg: nodes.NestedSDFG, conn: str, old: Sequence, new: Sequence) -> None:
@@ -124,4 +161,5 @@ def restride_into(edge, old_desc, new_desc) -> None:
     array: when it enters or leaves a nested SDFG, restride that side."""
     for n, conn in ((edge.dst, edge.dst_conn), (edge.src, edge.src_conn)):
         if isinstance(n, nodes.NestedSDFG) and conn is not None and isinstance(new_desc, dt.Array):
+            reshape_nested(n, conn, old_desc.shape, new_desc.shape)
             restride_nested(n, conn, old_desc.strides, new_desc.strides)

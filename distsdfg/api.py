@@ -23,6 +23,7 @@ from .solver.report import comm_plans, comm_report
 from .runtime.program import DistributedProgram, comm_of, compile_distributed
 from .values.schedule import Schedule, ScheduleLike, as_schedule, resolve_names
 from .solver.solve import lowered_of
+from .dace_compat.semantics import with_numpy_semantics
 
 __all__ = ["maps", "lower", "compile", "comm_report", "comm_plans", "schedule_by_label", "auto_schedule",
            "schedule_cost", "explain", "MapInfo", "Schedule"]
@@ -48,6 +49,7 @@ def main_maps(sdfg: SDFG):
     return main_map_infos(find_kernels(sdfg))
 
 
+@with_numpy_semantics
 def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[int] = None,
           target: str = "cpu", plan_options: Optional[dict] = None, placement=None,
           cuda_aware_mpi: bool = False, optimize: Optional[bool] = None, verbose: Optional[bool] = None) -> SDFG:
@@ -128,6 +130,7 @@ def _schedule_file(path) -> Schedule:
         raise ScheduleError(f"cannot read the schedule file {str(path)!r} ({exc.strerror})") from None
 
 
+@with_numpy_semantics
 def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=None,  # noqa: A001
             threads_per_rank: Optional[int] = None) -> DistributedProgram:
     """Collective: build ``sdfg`` once on rank 0 and load it on every rank of ``comm``.

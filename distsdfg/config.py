@@ -8,13 +8,19 @@ a test or a launcher may set the variable before any call.
 |---|---|---|
 | ``DISTSDFG_WHOLE`` | ``1`` | a program lowered for one rank, and ``lower(sdfg, "auto", nprocs=P)`` when the planner's time model prices the best split schedule at more than ``1 / SPLIT_GAIN`` of the whole program on one rank, runs whole on rank 0 as DaCe alone builds it (``distsdfg.lowering.whole``; ``0``: the general lowering, and the planner always splits) |
 | ``DISTSDFG_PREFUSE`` | ``1`` | ``lower(sdfg, "auto", nprocs=P)`` fuses the program's maps as DaCe's ``auto_optimize`` does before planning (``0``: plan the maps as written) |
+| ``DISTSDFG_NUMPY_SLICES`` | ``1`` | inside ``numpy_semantics()``: a slice of extent one keeps its dimension, as in NumPy (``distsdfg.dace_compat.slices``) |
+| ``DISTSDFG_NUMPY_FUNCTIONS`` | ``1`` | inside ``numpy_semantics()``: ``np.clip``, ``np.var``, ``np.cumsum``, ``argmax``, ... parse as DaCe operations instead of callbacks (``dace_compat.npfuncs``, ``dace_compat.nparrays``) |
+| ``DISTSDFG_PYTHON_DIVISION`` | ``1`` | inside ``numpy_semantics()``: ``//`` and ``%`` with Python's signs, ``np.sum`` of booleans counts (``dace_compat.pyops``) |
+| ``DISTSDFG_TASKLET_INDEX`` | ``1`` | inside ``numpy_semantics()``: a tasklet's ``_w[p, q]`` on a plane keeps both indices (``dace_compat.tasklet_index``) |
+| ``DISTSDFG_FINITE_MATH`` | ``0`` | ``1``: programs that test ``isnan``/``isinf`` are built with DaCe's ``-ffast-math`` unchanged (by default ``-fno-finite-math-only`` is added for them) |
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 
-__all__ = ["Flag", "WHOLE_WHEN_CHEAPER", "PREFUSE", "SPLIT_GAIN", "FLAGS"]
+__all__ = ["Flag", "WHOLE_WHEN_CHEAPER", "PREFUSE", "NUMPY_SLICES", "NUMPY_FUNCTIONS", "PYTHON_DIVISION",
+           "TASKLET_INDEX", "FINITE_MATH", "SPLIT_GAIN", "FLAGS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,4 +45,10 @@ PREFUSE = Flag("DISTSDFG_PREFUSE", True, "fuse maps as DaCe's auto_optimize does
 #: rank to be chosen: the time model does not see every per-call and per-step cost of a split program.
 SPLIT_GAIN = 1.5
 
-FLAGS = (WHOLE_WHEN_CHEAPER, PREFUSE)
+NUMPY_SLICES = Flag("DISTSDFG_NUMPY_SLICES", True, "a slice of extent one keeps its dimension, as in NumPy")
+NUMPY_FUNCTIONS = Flag("DISTSDFG_NUMPY_FUNCTIONS", True, "NumPy functions DaCe leaves as callbacks parse as DaCe operations")
+PYTHON_DIVISION = Flag("DISTSDFG_PYTHON_DIVISION", True, "// and % with Python's signs; np.sum of booleans counts")
+TASKLET_INDEX = Flag("DISTSDFG_TASKLET_INDEX", True, "a tasklet's multi-dimensional access keeps one index per connector dim")
+FINITE_MATH = Flag("DISTSDFG_FINITE_MATH", False, "keep -ffast-math's finite-math assumption for programs testing isnan/isinf")
+
+FLAGS = (WHOLE_WHEN_CHEAPER, PREFUSE, NUMPY_SLICES, NUMPY_FUNCTIONS, PYTHON_DIVISION, TASKLET_INDEX, FINITE_MATH)

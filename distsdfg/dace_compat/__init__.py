@@ -1,7 +1,6 @@
 """Adapter: every DaCe-version-sensitive call (written against dace 1.0.2) lives here."""
 from __future__ import annotations
 
-import sys
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import dace
@@ -51,26 +50,6 @@ __all__ += ["BUILD_TYPE", "SEQ_REDUCE", "ExpandReduceSequentialByValue", "allow_
 
 int_ceil = symbolic.int_ceil
 Min = sympy.Min
-
-
-def _caller_debuginfo(old_dinfo=None) -> dtypes.DebugInfo:
-    """What DaCe 1.0.2's ``sdfg.state._getdebuginfo`` returns (the file and line that called the
-    ``add_*`` method), read from the caller's frame instead of ``inspect.stack()``, which formats
-    every frame of the stack with its source line: ~0.05 s per node added under a lowering's deep
-    call stack, seconds per program and minutes for a torch model's hundreds of kernels."""
-    if old_dinfo is not None:
-        return old_dinfo
-    frame = sys._getframe(2)
-    return dtypes.DebugInfo(frame.f_lineno, 0, frame.f_lineno, 0, frame.f_code.co_filename)
-
-
-def _install_caller_debuginfo() -> None:
-    from dace.sdfg import state as _state
-    if getattr(_state, "_getdebuginfo", None) is not None and dace.__version__ == "1.0.2":
-        _state._getdebuginfo = _caller_debuginfo
-
-
-_install_caller_debuginfo()
 
 
 def sym(name: str):

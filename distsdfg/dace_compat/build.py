@@ -62,33 +62,34 @@ def blas_chosen_by_user() -> bool:
             or Config.get("library", "blas", "default_implementation") != "pure")
 
 
-def use_blas_implementation(name: str) -> None:
+def use_blas_implementation(name: str, patches) -> None:
     """Make ``name`` ("MKL" or "OpenBLAS") the default expansion of the BLAS library nodes and of the
     LAPACK and linalg nodes (``np.linalg``: cholesky, solve, inv), so that one program includes one
-    vendor's headers (``mkl.h`` and OpenBLAS's ``cblas.h`` declare the same CBLAS enums). Nodes that
-    have no such implementation (Ger, Axpy: never made by the NumPy frontend) keep their reference one."""
+    vendor's headers (``mkl.h`` and OpenBLAS's ``cblas.h`` declare the same CBLAS enums), for the
+    ``numpy_semantics()`` block that ``patches`` belongs to. Nodes that have no such implementation
+    (Ger, Axpy: never made by the NumPy frontend) keep their reference one."""
     blas = blas_library()
-    blas.default_implementation = name
+    patches.set(blas, "default_implementation", name)
     for cls in (blas.Gemm, blas.Gemv, blas.Dot, blas.BatchedMatMul, blas.Ger, blas.Axpy):
         if name not in cls.implementations and cls.default_implementation is None:
-            cls.default_implementation = "pure"
+            patches.set(cls, "default_implementation", "pure")
     import dace.libraries.lapack as lapack
     import dace.libraries.linalg as linalg
     for lib in (lapack, linalg):
         if lib.default_implementation in (None, "MKL", "OpenBLAS"):
-            lib.default_implementation = name
+            patches.set(lib, "default_implementation", name)
 
 
-def use_openblas_environment(include: str, library: str) -> None:
+def use_openblas_environment(include: str, library: str, patches) -> None:
     """Point DaCe's OpenBLAS environment (which otherwise asks CMake's FindBLAS/FindLAPACK for a
-    system OpenBLAS) at the folder of its headers and at the library file, linked by full path."""
+    system OpenBLAS) at the folder of its headers and at the library file, linked by full path, for
+    the ``numpy_semantics()`` block that ``patches`` belongs to."""
     from dace.libraries.blas.environments.openblas import OpenBLAS
-    OpenBLAS.cmake_packages = []
-    OpenBLAS.cmake_variables = {}
-    OpenBLAS.cmake_link_flags = []
-    OpenBLAS.cmake_includes = [str(include)]
-    OpenBLAS.cmake_libraries = staticmethod(lambda: [str(library)])
-    OpenBLAS.is_installed = staticmethod(lambda: True)
+    for name, value in (("cmake_packages", []), ("cmake_variables", {}), ("cmake_link_flags", []),
+                        ("cmake_includes", [str(include)]),
+                        ("cmake_libraries", staticmethod(lambda: [str(library)])),
+                        ("is_installed", staticmethod(lambda: True))):
+        patches.set(OpenBLAS, name, value)
 
 
 def openblas_environment() -> tuple:
@@ -301,7 +302,8 @@ def special_value_flags(sdfg: Optional[SDFG]):
     ``DISTSDFG_FINITE_MATH=1`` leaves DaCe's flags as they are."""
     from dace.config import Config
     args = Config.get("compiler", "cpu", "args") or ""
-    special = (sdfg is not None and os.environ.get("DISTSDFG_FINITE_MATH", "0") != "1"
+    from ..config import FINITE_MATH
+    special = (sdfg is not None and not FINITE_MATH.get()
                and "-ffast-math" in args.split() and "-fno-finite-math-only" not in args.split()
                and tests_special_values(sdfg))
     if special:
@@ -313,21 +315,19 @@ def special_value_flags(sdfg: Optional[SDFG]):
             Config.set("compiler", "cpu", "args", value=args)
 
 
-def keep_special_values() -> None:
-    """Install ``special_value_flags`` around DaCe's own ``SDFG.compile`` (a program the user calls
-    with DaCe alone, ``sdfg(...)``, after importing distsdfg); idempotent."""
+def install_special_values(patches) -> None:
+    """Wrap DaCe's own ``SDFG.compile`` in ``special_value_flags`` for a ``numpy_semantics()`` block
+    (``semantics.py``): a program compiled there with ``sdfg.compile()`` or ``sdfg(...)`` keeps its
+    NaN and infinity tests too."""
     from dace.sdfg import sdfg as sdfg_module
     original = sdfg_module.SDFG.compile
-    if getattr(original, "_distsdfg_special_values", False):
-        return
 
     def compile(self, *args, **kwargs):
         with special_value_flags(self):
             return original(self, *args, **kwargs)
 
     compile.__doc__ = original.__doc__
-    compile._distsdfg_special_values = True
-    sdfg_module.SDFG.compile = compile
+    patches.set(sdfg_module.SDFG, "compile", compile)
 
 
 @contextlib.contextmanager

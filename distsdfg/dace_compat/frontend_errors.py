@@ -27,6 +27,7 @@ import textwrap
 from typing import List, Optional, Tuple
 
 from ..errors import ProgramParseError
+from .semantics import with_numpy_semantics
 
 __all__ = ["parse"]
 
@@ -107,6 +108,7 @@ def _hint(exc: BaseException, prog, line_src: str) -> str:
             "`prog.to_sdfg()`")
 
 
+@with_numpy_semantics
 def parse(prog):
     """``prog.to_sdfg()``, with DaCe's parse failures re-raised as ``ProgramParseError``."""
     try:

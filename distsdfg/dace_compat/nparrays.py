@@ -1,7 +1,7 @@
 """DaCe 1.0.2 fixes (part of the ``dace_compat`` layer): NumPy's array functions that DaCe 1.0.2
 leaves as Python callbacks or refuses, written as DaCe maps and its own operations.
 
-Translated (``numpy_array_functions()``, called when distsdfg is imported): ``np.matmul``;
+Translated (inside ``distsdfg.numpy_semantics()``, ``semantics.py``): ``np.matmul``;
 ``np.outer``, ``np.inner`` and ``np.vdot`` of vectors; ``np.diag`` (a matrix's diagonal, with an
 offset, or a vector's diagonal matrix), ``np.trace``, ``np.tril`` and ``np.triu`` (the last two
 axes, with an offset); ``np.cumsum`` and ``np.cumprod`` (an axis or the flattened array; a map over
@@ -16,16 +16,12 @@ DaCe as it is.
 """
 from __future__ import annotations
 
-import os
 
 import sympy
 
 from .npfuncs import _axes, _kind, _refuse
 
-__all__ = ["numpy_array_functions", "ARRAY_FUNCTIONS"]
-
-_installed = {}
-
+__all__ = ["install", "ARRAY_FUNCTIONS"]
 
 def _new_map(nest, sdfg, label, shape, inputs, code, out_name, out_subset, params=None):
     """A state after ``nest``'s last with one mapped tasklet over ``shape``: ``inputs`` maps each
@@ -260,27 +256,30 @@ ARRAY_FUNCTIONS = {
 }
 
 
-def numpy_array_functions() -> None:
-    """Install (idempotent); ``DISTSDFG_NUMPY_FUNCTIONS=0`` leaves DaCe as it is."""
-    if _installed or os.environ.get("DISTSDFG_NUMPY_FUNCTIONS", "1") == "0":
+def install(patches) -> None:
+    """Register the replacements for a ``numpy_semantics()`` block (``semantics.py``);
+    ``DISTSDFG_NUMPY_FUNCTIONS=0`` leaves DaCe as it is."""
+    from ..config import NUMPY_FUNCTIONS
+    if not NUMPY_FUNCTIONS.get():
         return
     from dace.frontend.common.op_repository import Replacements
     from .replacements import ops as replacements
+    rep, methods = Replacements._rep, Replacements._method_rep
     for name, func in ARRAY_FUNCTIONS.items():
-        if name not in Replacements._rep:
-            Replacements._rep[name] = _installed[name] = func
+        if name not in rep:
+            patches.put(rep, name, func)
     for func, own in (("max", replacements._argmax), ("min", replacements._argmin)):
-        if Replacements._rep.get(f"numpy.arg{func}") is own:      # DaCe's own needs an axis
-            Replacements._rep[f"numpy.arg{func}"] = _installed[f"numpy.arg{func}"] = _arg(func)
+        if rep.get(f"numpy.arg{func}") is own:      # DaCe's own needs an axis
+            patches.put(rep, f"numpy.arg{func}", _arg(func))
     for cls in ("Array", "View"):
         for func in ("max", "min"):
-            if (cls, f"arg{func}") not in Replacements._method_rep:
-                Replacements._method_rep[(cls, f"arg{func}")] = _installed[(cls, f"arg{func}")] = _arg(func)
+            if (cls, f"arg{func}") not in methods:
+                patches.put(methods, (cls, f"arg{func}"), _arg(func))
         for func, own, ufunc in (("max", replacements._ndarray_max, "maximum"),
                                  ("min", replacements._ndarray_min, "minimum")):
-            if Replacements._method_rep.get((cls, func)) is own:     # DaCe's own takes no axis
-                Replacements._method_rep[(cls, func)] = _installed[(cls, func)] = _extreme(ufunc)
+            if methods.get((cls, func)) is own:     # DaCe's own takes no axis
+                patches.put(methods, (cls, func), _extreme(ufunc))
         for func in ("sum", "mean", "prod", "any", "all"):
             own = getattr(replacements, f"_ndarray_{func}", None)
-            if own is not None and Replacements._method_rep.get((cls, func)) is own:   # takes no axis either
-                Replacements._method_rep[(cls, func)] = _installed[(cls, func)] = _method_of(f"numpy.{func}")
+            if own is not None and methods.get((cls, func)) is own:   # takes no axis either
+                patches.put(methods, (cls, func), _method_of(f"numpy.{func}"))

@@ -5,7 +5,7 @@ DaCe 1.0.2 has no replacement for these four functions (``np.clip`` has a ufunc 
 but NumPy 1.x's ``np.clip`` is a Python function, not a ufunc, so the parser never finds it): each
 call becomes a callback into the Python interpreter, which a compiled distributed program cannot
 make (``lower`` refuses it by name) and whose result type DaCe cannot infer (``np.var(a) + 1``
-does not even parse). ``numpy_functions()`` (called when distsdfg is imported) registers
+does not even parse). Inside ``distsdfg.numpy_semantics()`` (``semantics.py``) ``install`` registers
 replacements built from DaCe's own operations, so the maps they make are partitioned like any
 other:
 
@@ -29,13 +29,9 @@ from __future__ import annotations
 import ast
 import math
 import operator
-import os
 from functools import reduce as _fold
 
-__all__ = ["numpy_functions", "FUNCTIONS"]
-
-_installed = {}
-
+__all__ = ["install", "FUNCTIONS"]
 
 def _refuse(pv, why: str):
     from dace.frontend.python.memlet_parser import DaceSyntaxError
@@ -228,19 +224,18 @@ FUNCTIONS = {
 }
 
 
-def numpy_functions() -> None:
-    """Install the replacements (idempotent); ``DISTSDFG_NUMPY_FUNCTIONS=0`` leaves DaCe as it is.
-    A replacement DaCe itself registers for one of these names (a later DaCe) is kept."""
-    if _installed or os.environ.get("DISTSDFG_NUMPY_FUNCTIONS", "1") == "0":
+def install(patches) -> None:
+    """Register the replacements for a ``numpy_semantics()`` block (``semantics.py``);
+    ``DISTSDFG_NUMPY_FUNCTIONS=0`` leaves DaCe as it is. A replacement DaCe itself registers for one
+    of these names (a later DaCe) is kept."""
+    from ..config import NUMPY_FUNCTIONS
+    if not NUMPY_FUNCTIONS.get():
         return
     from dace.frontend.common.op_repository import Replacements
     for name, func in FUNCTIONS.items():
         if name not in Replacements._rep:
-            Replacements._rep[name] = func
-            _installed[name] = func
+            patches.put(Replacements._rep, name, func)
     for cls in ("Array", "View", "Scalar"):
         for meth in ("clip", "var", "std", "prod", "any", "all", "ptp", "round"):
-            func = FUNCTIONS["numpy." + meth]
-            if (cls, meth) not in Replacements._method_rep:
-                Replacements._method_rep[(cls, meth)] = func   # called as func(pv, sdfg, state, self, ...)
-                _installed[(cls, meth)] = func
+            if (cls, meth) not in Replacements._method_rep:   # called as func(pv, sdfg, state, self, ...)
+                patches.put(Replacements._method_rep, (cls, meth), FUNCTIONS["numpy." + meth])

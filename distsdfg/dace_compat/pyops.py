@@ -8,14 +8,14 @@ division and modulo (``-7 // 2`` is -4 in NumPy, -3 in the generated code; ``-7 
 so ``out = a // 7 + a % 5`` over an ``int64`` array with negative entries is silently wrong, with
 DaCe alone as well; for ``float64`` operands ``%`` does not compile and ``//`` goes through ``int``.
 
-``python_division()`` (called when distsdfg is imported) wraps the unparser's ``_BinOp``: both
+Inside ``distsdfg.numpy_semantics()`` (``semantics.py``) ``install_division`` wraps the unparser's ``_BinOp``: both
 operators become DaCe's own Python-semantics helpers from ``dace/math.h``, ``py_floor`` and
 ``py_mod``, instantiated at the type C++ gives the quotient (``py_floor<decltype((a) / (b))>(a, b)``,
 so ``int64 // int`` and ``float64 % double`` pick one type). Everything else is unparsed by DaCe.
 
 ``np.sum(A > 0.5, axis=0)`` (a count) is a reduction whose result has the input's type in DaCe
 1.0.2, ``bool``: every count comes out as ``True`` (1), silently; ``np.mean`` of an integer array
-is an integer (the sum divided in integers: ``np.mean([1, 2])`` is 1). ``sum_of_booleans_counts()``
+is an integer (the sum divided in integers: ``np.mean([1, 2])`` is 1). ``install_sums``
 wraps DaCe's ``np.sum`` and ``.sum()``, whose boolean operand is first converted to ``int64``, and
 ``np.mean``, whose boolean or integer operand is first converted to ``float64``: NumPy's types.
 
@@ -24,19 +24,17 @@ wraps DaCe's ``np.sum`` and ``.sum()``, whose boolean operand is first converted
 from __future__ import annotations
 
 import ast
-import os
 
-__all__ = ["python_division", "sum_of_booleans_counts", "PYTHON_OPERATORS"]
+__all__ = ["install_division", "install_sums", "PYTHON_OPERATORS"]
 
 #: The Python operators whose C++ spelling differs from Python's, and DaCe's helper for each.
 PYTHON_OPERATORS = {"FloorDiv": "py_floor", "Mod": "py_mod"}
 
-_installed = {}
-
-
-def python_division() -> None:
-    """Install the fix (idempotent); ``DISTSDFG_PYTHON_DIVISION=0`` leaves DaCe as it is."""
-    if _installed or os.environ.get("DISTSDFG_PYTHON_DIVISION", "1") == "0":
+def install_division(patches) -> None:
+    """Wrap the unparser's ``_BinOp`` for a ``numpy_semantics()`` block (``semantics.py``);
+    ``DISTSDFG_PYTHON_DIVISION=0`` leaves DaCe as it is."""
+    from ..config import PYTHON_DIVISION
+    if not PYTHON_DIVISION.get():
         return
     from dace.codegen import cppunparse
     original = cppunparse.CPPUnparser._BinOp
@@ -56,8 +54,7 @@ def python_division() -> None:
         self.write("))")
 
     _BinOp.__doc__ = original.__doc__
-    cppunparse.CPPUnparser._BinOp = _BinOp
-    _installed["_BinOp"] = original
+    patches.set(cppunparse.CPPUnparser, "_BinOp", _BinOp)
 
 
 def _converting(original, *, to: str, integers: bool = False):
@@ -95,19 +92,20 @@ def _read_after_write(state, name, written) -> None:
             state.remove_node(node)
 
 
-def sum_of_booleans_counts() -> None:
-    """Install the fix (idempotent); ``DISTSDFG_PYTHON_DIVISION=0`` leaves DaCe as it is."""
-    if "_sum" in _installed or os.environ.get("DISTSDFG_PYTHON_DIVISION", "1") == "0":
+def install_sums(patches) -> None:
+    """Wrap DaCe's ``np.sum``, ``.sum()`` and ``np.mean`` for a ``numpy_semantics()`` block;
+    ``DISTSDFG_PYTHON_DIVISION=0`` leaves DaCe as it is."""
+    from ..config import PYTHON_DIVISION
+    if not PYTHON_DIVISION.get():
         return
     from dace.frontend.common.op_repository import Replacements
-    from .replacements import ops as replacements
+    from .replacements import defining_module, ops as replacements
     original = replacements._sum
-    replacements._sum = _converting(original, to="int64")
+    patches.set(defining_module("_sum"), "_sum", _converting(original, to="int64"))
     for name in ("numpy.sum", "sum"):
         if Replacements._rep.get(name) in (original, replacements._sum_array):
-            Replacements._rep[name] = _converting(Replacements._rep[name], to="int64")
+            patches.put(Replacements._rep, name, _converting(Replacements._rep[name], to="int64"))
     for key in [k for k in Replacements._method_rep if k[1] == "sum"]:
-        Replacements._method_rep[key] = _converting(Replacements._method_rep[key], to="int64")
+        patches.put(Replacements._method_rep, key, _converting(Replacements._method_rep[key], to="int64"))
     if Replacements._rep.get("numpy.mean") is replacements._mean:
-        Replacements._rep["numpy.mean"] = _converting(replacements._mean, to="float64", integers=True)
-    _installed["_sum"] = original
+        patches.put(Replacements._rep, "numpy.mean", _converting(replacements._mean, to="float64", integers=True))

@@ -9,8 +9,8 @@ subset no longer tells the two apart, so the SDFG does not either, and no later 
 NumPy) becomes ``(N,) - (N,)``, all zeros, and ``return pos[:, 0:1]`` comes back as ``(N,)``.
 Both are silent: DaCe alone gives the same wrong result.
 
-``keep_slice_dimensions()`` (called when distsdfg is imported, so it applies to the
-``prog.to_sdfg()`` calls a user makes) wraps ``_add_read_slice``: where the subscript's own syntax
+Inside ``distsdfg.numpy_semantics()`` (distsdfg's entry points, and a user's ``prog.to_sdfg()``
+in such a block; ``semantics.py``) ``_add_read_slice`` is wrapped: where the subscript's own syntax
 shows a slice (``a:b``, ``...``, or a dimension left out at the end) of extent one, the view it
 makes keeps that dimension. Everything else (integer indices, ``None``, index arrays, a
 subscript whose syntax does not map one-to-one onto the array's dimensions, e.g. a name bound to
@@ -21,15 +21,11 @@ values. ``DISTSDFG_NUMPY_SLICES=0`` turns the fix off.
 from __future__ import annotations
 
 import ast
-import os
 from typing import List, Optional
 
-__all__ = ["keep_slice_dimensions", "sliced_dimensions", "argument_strides"]
+__all__ = ["install", "sliced_dimensions", "argument_strides"]
 
 _TRANSPOSE_NAMES = ("transpose", "dace.transpose", "numpy.transpose")
-
-_installed = {}
-
 
 def _is_none(e: ast.AST) -> bool:
     return isinstance(e, ast.Constant) and e.value is None
@@ -203,22 +199,24 @@ def _nested_ids(visitor):
     return {id(n) for st in visitor.sdfg.all_states() for n in st.nodes() if isinstance(n, nodes.NestedSDFG)}
 
 
-def keep_slice_dimensions() -> None:
-    """Install the fix (idempotent); ``DISTSDFG_NUMPY_SLICES=0`` leaves DaCe as it is."""
-    if _installed or os.environ.get("DISTSDFG_NUMPY_SLICES", "1") == "0":
+def install(patches) -> None:
+    """Apply the fix to DaCe's parser for a ``numpy_semantics()`` block (``semantics.py``);
+    ``DISTSDFG_NUMPY_SLICES=0`` leaves DaCe as it is."""
+    from ..config import NUMPY_SLICES
+    if not NUMPY_SLICES.get():
         return
     from dace.frontend.python import newast
-    original = newast.ProgramVisitor._add_read_slice
+    visitor = newast.ProgramVisitor
+    original = visitor._add_read_slice
 
     def _add_read_slice(self, array, node, expr):
         view = _keeping_view(self, array, node, expr)
         return view if view is not None else original(self, array, node, expr)
 
     _add_read_slice.__doc__ = original.__doc__
-    newast.ProgramVisitor._add_read_slice = _add_read_slice
-    _installed["_add_read_slice"] = original
+    patches.set(visitor, "_add_read_slice", _add_read_slice)
 
-    original_call = newast.ProgramVisitor._parse_sdfg_call
+    original_call = visitor._parse_sdfg_call
 
     def _parse_sdfg_call(self, funcname, func, node):
         before = _nested_ids(self)
@@ -227,16 +225,15 @@ def keep_slice_dimensions() -> None:
         return result
 
     _parse_sdfg_call.__doc__ = original_call.__doc__
-    newast.ProgramVisitor._parse_sdfg_call = _parse_sdfg_call
-    _installed["_parse_sdfg_call"] = original_call
+    patches.set(visitor, "_parse_sdfg_call", _parse_sdfg_call)
 
     # ``.T`` and ``.transpose()`` call the module's ``_transpose``; ``np.transpose`` is registered.
     from dace.frontend.common.op_repository import Replacements
-    from .replacements import ops as replacements
-    original_transpose = replacements._transpose
+    from .replacements import defining_module
+    owner = defining_module("_transpose")
+    original_transpose = owner._transpose
     transpose = _transpose_with_unit_dimension(original_transpose)
-    replacements._transpose = transpose
+    patches.set(owner, "_transpose", transpose)
     for name in _TRANSPOSE_NAMES:
         if Replacements._rep.get(name) is original_transpose:
-            Replacements._rep[name] = transpose
-    _installed["_transpose"] = original_transpose
+            patches.put(Replacements._rep, name, transpose)

@@ -9,7 +9,7 @@ leading dims): with a one-channel array ``(N, 1, H, W)`` read as ``a[i0, i1, 0:H
 ``_w[p, q]`` loses ``q`` and the build fails ("Invalid number of dimensions in expression (expected 2,
 got 1)"); a batch block of one row on some rank does the same to a kernel that built elsewhere.
 
-``index_by_connector_dims()`` (called when distsdfg is imported) wraps ``_subscript_expr``: where the
+Inside ``distsdfg.numpy_semantics()`` (``semantics.py``) ``install`` wraps ``_subscript_expr``: where the
 access has exactly one index per stride DaCe keeps for the connector, it is used as it is; every other
 access goes to DaCe's method unchanged, so the fix only turns such a refusal into the access the
 tasklet wrote. ``DISTSDFG_TASKLET_INDEX=0`` turns it off.
@@ -18,12 +18,8 @@ from __future__ import annotations
 
 import ast
 import copy
-import os
 
-__all__ = ["index_by_connector_dims"]
-
-_installed = {}
-
+__all__ = ["install"]
 
 def _connector_strides(self, target: str):
     """The strides DaCe gives ``target``'s indices (its own computation), or ``None`` for a constant."""
@@ -39,9 +35,11 @@ def _connector_strides(self, target: str):
     return strides
 
 
-def index_by_connector_dims() -> None:
-    """Install the fix (idempotent); ``DISTSDFG_TASKLET_INDEX=0`` leaves DaCe as it is."""
-    if _installed or os.environ.get("DISTSDFG_TASKLET_INDEX", "1") == "0":
+def install(patches) -> None:
+    """Wrap ``_subscript_expr`` for a ``numpy_semantics()`` block (``semantics.py``);
+    ``DISTSDFG_TASKLET_INDEX=0`` leaves DaCe as it is."""
+    from ..config import TASKLET_INDEX
+    if not TASKLET_INDEX.get():
         return
     from dace import symbolic
     from dace.codegen.targets.cpp import DaCeKeywordRemover
@@ -57,5 +55,4 @@ def index_by_connector_dims() -> None:
         return original(self, slicenode, target)
 
     _subscript_expr.__doc__ = original.__doc__
-    DaCeKeywordRemover._subscript_expr = _subscript_expr
-    _installed["_subscript_expr"] = original
+    patches.set(DaCeKeywordRemover, "_subscript_expr", _subscript_expr)

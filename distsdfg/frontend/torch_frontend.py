@@ -31,6 +31,7 @@ from ..errors import TorchFrontendError
 from .torch_decomp import export_decompositions
 from .torch_emit import Emitter, UnsupportedOpError, Val, dace_type
 from .torch_ops import EMITTERS
+from ..dace_compat.semantics import with_numpy_semantics
 
 __all__ = ["TorchProgram", "from_torch", "UnsupportedOpError", "TorchFrontendError"]
 
@@ -342,6 +343,7 @@ def _load(name: str, source: str):
     return getattr(mod, name)
 
 
+@with_numpy_semantics
 def _to_sdfg(function, kernels: Dict[str, str]):
     """Parse the generated program and name every explicit map after the op it computes."""
     import dace

@@ -1,4 +1,5 @@
-"""The BLAS behind the matrix products, set up when distsdfg is imported: OpenBLAS from the
+"""The BLAS behind the matrix products of the programs distsdfg lowers and builds (inside
+``numpy_semantics()``, ``dace_compat/semantics.py``; DaCe's own settings are left alone outside it): OpenBLAS from the
 ``scipy-openblas32`` wheel where it is installed (``distsdfg/lowering/blas_openblas.py``; on this AMD EPYC its
 GEMM is as fast as NumPy's, MKL's 1.05x-1.2x slower), else Intel MKL from PyPI.
 ``DISTSDFG_BLAS=mkl`` or ``openblas`` chooses one (``BACKEND_ENV``).
@@ -38,6 +39,7 @@ from typing import List, Optional, Tuple
 
 from . import blas_openblas
 from .. import dace_compat as dc
+from ..dace_compat import semantics
 from ..errors import DistributedLoweringError, UnsupportedProgramError
 
 __all__ = ["BlasInfo", "NoBlasWarning", "configure", "info", "find_mkl", "use_threads", "thread_env",
@@ -198,6 +200,13 @@ def configure(backend: Optional[str] = None, force: bool = False) -> BlasInfo:
     A BLAS chosen before in DaCe's own settings (``dace.libraries.blas.default_implementation`` or
     DaCe's configuration ``library.blas.default_implementation``) is kept.
     """
+    info = _choose(backend, force)
+    if force:
+        semantics.refresh("blas")       # a running numpy_semantics() block switches too
+    return info
+
+
+def _choose(backend: Optional[str], force: bool) -> BlasInfo:
     global _INFO
     if _INFO is not None and not force:
         return _INFO
@@ -224,8 +233,23 @@ def configure(backend: Optional[str] = None, force: bool = False) -> BlasInfo:
             return _INFO
         missing.append(made)
     _INFO = BlasInfo(name="none", implementation="pure", missing="; ".join(missing))
-    dc.blas_library().default_implementation = None
     return _INFO
+
+
+def _install(patches) -> None:
+    """Make DaCe's BLAS, LAPACK and linalg nodes expand to the configured BLAS for a
+    ``numpy_semantics()`` block (``dace_compat/semantics.py``): distsdfg's lowering and builds."""
+    info = configure()
+    if info.implementation == "OpenBLAS" and info.source == "scipy-openblas32":
+        dc.use_openblas_environment(info.include, info.library, patches)
+        dc.use_blas_implementation("OpenBLAS", patches)
+    elif info.implementation == "MKL" and info.name == "Intel MKL":
+        dc.use_blas_implementation("MKL", patches)
+    elif info.name == "none":
+        patches.set(dc.blas_library(), "default_implementation", None)
+
+
+semantics.register("blas", _install)
 
 
 def _MKL(why: str):
@@ -240,7 +264,6 @@ def _MKL(why: str):
         return f"cannot lay out an MKLROOT: {exc}"
     os.environ["MKLROOT"] = str(root)
     _default_layer(threads_per_rank())
-    dc.use_blas_implementation("MKL")
     return BlasInfo(name="Intel MKL", implementation="MKL", version=_mkl_version(runtime),
                     library=str(root / "lib" / "libmkl_rt.so"), include=str(include), source=str(runtime),
                     chosen_by=why)
@@ -258,8 +281,6 @@ def _OPENBLAS(why: str):
         return f"cannot write the OpenBLAS header shims: {exc}"
     if blas_openblas.loaded() is None:             # OpenBLAS reads its thread count when it is loaded
         blas_openblas.set_threads(threads_per_rank())
-    dc.use_openblas_environment(shims, library)
-    dc.use_blas_implementation("OpenBLAS")
     return BlasInfo(name="OpenBLAS", implementation="OpenBLAS", version=blas_openblas.version(),
                     library=str(library), include=str(shims), source="scipy-openblas32", chosen_by=why)
 

@@ -28,6 +28,7 @@ from .partial_sums import PartialKernels
 from .rewriter import COMM_ARG, PLAN_ARRAY, PLAN_LEN, KernelGrid, Lowered, Rewriter
 from ..values.plan import axis_symbols
 from ..values.schedule import Schedule, resolve_names
+from ..dace_compat.semantics import with_numpy_semantics
 
 __all__ = ["lower_sdfg", "validate_lowered", "validate_frontend"]
 
@@ -104,6 +105,7 @@ def validate_lowered(sdfg: SDFG, original: str, schedule: Schedule) -> None:
                                 f"schedule yet; try another schedule, or run it on one rank") from None
 
 
+@with_numpy_semantics
 def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host",
                optimize: Optional[bool] = None, nprocs: Optional[int] = None, validate: bool = True,
                device_args: Tuple[str, ...] = (), whole: Optional[bool] = None) -> SDFG:

@@ -26,6 +26,7 @@ from .. import dace_compat as dc
 from ..errors import DistributedLoweringError
 from ..values.schedule import Schedule
 from .lowered import COMM_ARG, PLAN_ARRAY, PLAN_LEN, Lowered
+from ..dace_compat.semantics import with_numpy_semantics
 
 __all__ = ["lower_whole", "WholeProgramError", "whole_applies", "prefuse_applies", "runs_whole"]
 
@@ -69,6 +70,7 @@ def _optimize(sdfg: SDFG) -> None:
     nonatomic_accumulations(sdfg)
 
 
+@with_numpy_semantics
 def lower_whole(sdfg: SDFG, schedule: Schedule, *, original: str, source: str, boxed=(),
                 name_hash: str = "") -> SDFG:
     """Make ``sdfg`` (already checked: no callbacks, complex scalars boxed) the whole program on

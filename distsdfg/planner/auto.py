@@ -36,6 +36,7 @@ from ..solver.report import comm_report, sent_once
 from ..values.schedule import Schedule, as_schedule, resolve_names
 from .searchers import (CANDIDATE_LIMIT, SEARCHERS, Plan, Problem, candidates, data_parallel_schedule, graph_cost,
                         sqrt_schedule, viable)
+from ..dace_compat.semantics import with_numpy_semantics
 
 __all__ = ["viable", "whole_schedule", "whole_or_split", "auto_schedule", "schedule_cost", "explain", "search", "Plan", "sqrt_schedule",
            "data_parallel_schedule", "SEARCHERS", "graph_cost", "measured_bytes"]   # search's parts: distsdfg.planner.searchers
@@ -97,6 +98,7 @@ def _splits_of(g: EinGraph, schedule) -> List[Tuple[int, ...]]:
     return out
 
 
+@with_numpy_semantics
 def schedule_cost(sdfg: SDFG, schedule, model="bytes", *, inputs: str = "root", **sizes) -> float:
     """The cost model's value for any schedule (hand-written or searched)."""
     require_sdfg(sdfg, "distsdfg.schedule_cost")
@@ -105,6 +107,7 @@ def schedule_cost(sdfg: SDFG, schedule, model="bytes", *, inputs: str = "root", 
     return graph_cost(g, _splits_of(g, schedule), get_model(model, inputs=inputs))
 
 
+@with_numpy_semantics
 def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="time", searcher: str = "dp", inputs: str = "root",
                   memory_limit: Optional[int] = None, allow_fewer: bool = False, verify: Optional[bool] = None,
                   placement=None, whole: Optional[bool] = None, **sizes) -> Schedule:
@@ -233,6 +236,7 @@ def _verified(sdfg, g, nprocs, candidates, sizes, placement=None) -> Schedule:
     return Schedule.of(candidates[0].as_dict(), sdfg=sdfg.name)
 
 
+@with_numpy_semantics
 def explain(sdfg: SDFG, schedule=None, *, nprocs: Optional[int] = None, cost_model="time", inputs: str = "root",
             alternatives: int = 2, **sizes) -> str:
     """Per map: its grid, the predicted cost it causes (its own and its incoming edges': seconds

@@ -18,6 +18,7 @@ from ..lowering.rewriter import PLAN_LEN
 from ..mpi.environment import INCLUDE_DIR
 from . import cache, toolchain
 from .locks import file_lock
+from ..dace_compat.semantics import with_numpy_semantics
 
 STAMP = "distsdfg.stamp"
 
@@ -100,6 +101,7 @@ def _in_cache(folder: str) -> bool:
     return os.path.dirname(os.path.abspath(folder)) == os.path.abspath(cache.builds_dir())
 
 
+@with_numpy_semantics
 def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
     """Compile ``sdfg`` unless its build folder already holds this exact build; returns (compiled, folder)
     and sets ``sdfg.build_folder`` to the folder.

@@ -34,6 +34,7 @@ from .callsync import CallStart
 from .program import DistributedProgram, compile_distributed, idle_bcast
 from ..values.schedule import Schedule
 from ..solver.solve import planned
+from ..dace_compat.semantics import with_numpy_semantics
 
 __all__ = ["Deferred", "DeferredProgram", "defer", "planned"]
 
@@ -161,6 +162,7 @@ class DeferredProgram(DistributedProgram):
     def programs(self) -> Dict[SizeKey, DistributedProgram]:
         return dict(self._by_sizes)
 
+    @with_numpy_semantics
     def program_for(self, **sizes) -> DistributedProgram:
         """Collective: the compiled program for these sizes (planned, lowered and compiled if new)."""
         key = self.lowered.key(sizes)

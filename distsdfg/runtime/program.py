@@ -29,6 +29,7 @@ from .callsync import CallStart
 from .device_arrays import back_to_device, is_array, is_cupy, on_device, to_host, wait_for_callers_stream
 from .root_args import RootArguments, check_blocks, replica_values, unequal_replicas
 from ..solver.solve import lowered_of, solve_homes, solve_plan, symbol_values
+from ..dace_compat.semantics import with_numpy_semantics
 
 __all__ = ["DistributedProgram", "compile_distributed", "idle_bcast", "comm_of",
            "lowered_of", "solve_plan", "symbol_values"]   # the last three: distsdfg.solver.solve
@@ -404,6 +405,7 @@ def _same_but_unit_dims(got, want) -> bool:
 _STEP_TIMES = os.environ.get("DISTSDFG_STEP_TIMES", "0") not in ("", "0")
 
 
+@with_numpy_semantics
 def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None,
                         rebuild: bool = False, threads_per_rank: Optional[int] = None) -> DistributedProgram:
     """Build on rank 0 of ``comm`` (or reuse an identical build), load on every rank (collective over

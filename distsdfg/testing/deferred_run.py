@@ -14,6 +14,7 @@ examples did before), ``new`` passes the sizes only. It uses only what the old A
 the same file measures an older checkout too.
 """
 # No ``from __future__ import annotations``: DaCe reads the program's annotations as types.
+from ..dace_compat.semantics import parse as semantic_parse
 import json
 import sys
 import traceback
@@ -130,7 +131,7 @@ def run_matmul(comm, counts) -> dict:
 def run_mlp(comm, counts) -> dict:
     import distsdfg
     from ..runtime.deferred import Deferred
-    sdfg = mlp_sym.to_sdfg()
+    sdfg = semantic_parse(mlp_sym)
     distsdfg.lower(sdfg, "auto", nprocs=comm.size, plan_options={"verify": False})
     rec = {"case": "mlp", "deferred": isinstance(sdfg._distsdfg, Deferred), "calls": []}
     fn = distsdfg.compile(sdfg)

@@ -14,6 +14,7 @@ running is recorded as such and the rest run in a new batch.
 """
 from __future__ import annotations
 
+from ..dace_compat.semantics import parse as semantic_parse
 import argparse
 import dataclasses
 import json
@@ -72,7 +73,7 @@ def _maps_of(program: str) -> List[Tuple[str, int]]:
         from .fuzz_corpus import CORPUS
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            _MAPS[program] = [(m.key, len(m.params)) for m in distsdfg.maps(CORPUS[program].prog.to_sdfg())]
+            _MAPS[program] = [(m.key, len(m.params)) for m in distsdfg.maps(semantic_parse(CORPUS[program].prog))]
     return _MAPS[program]
 
 
@@ -134,7 +135,7 @@ def run_one(case: FuzzCase, comm) -> dict:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            sdfg = c.prog.to_sdfg()
+            sdfg = semantic_parse(c.prog)
             distsdfg.lower(sdfg, dict(case.schedule))
             fn = distsdfg.compile(sdfg, comm=comm)
         rng = np.random.default_rng(case.seed * 7919 + case.index)

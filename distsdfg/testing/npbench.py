@@ -35,6 +35,7 @@ launch dies the driver records the kernel it was in as crashed and relaunches fo
 """
 from __future__ import annotations
 
+from ..dace_compat.semantics import parse as semantic_parse
 import copy
 import importlib.util
 import json
@@ -234,7 +235,7 @@ def _baseline(bench: Bench, suffix: str = "") -> dict:
     try:
         args = bench.arguments()
         ref = bench.reference(args)
-        sdfg = bench.program().to_sdfg()
+        sdfg = semantic_parse(bench.program())
         sdfg.name = f"npb_{bench.name}{suffix}"
         mine = copy.deepcopy(args)
         arrays = {k: v for k, v in mine.items() if isinstance(v, np.ndarray)}
@@ -260,7 +261,7 @@ def run_distributed(bench: Bench, comm) -> Optional[dict]:
     try:
         args = bench.arguments()
         ref = bench.reference(args) if comm.rank == 0 else None
-        sdfg = bench.program().to_sdfg()
+        sdfg = semantic_parse(bench.program())
         sdfg.name = f"npbd_{bench.name}"
         distsdfg.lower(sdfg, "auto", nprocs=comm.size)
         fn = distsdfg.compile(sdfg, comm=comm)
@@ -295,7 +296,7 @@ def whole_on_rank0(bench: Bench) -> Dict[str, List[str]]:
     from distsdfg import dace_compat as dc
     from ..analysis.kernels import find_kernels
     try:
-        sdfg = bench.program().to_sdfg()
+        sdfg = semantic_parse(bench.program())
         dc.simplify(sdfg)
         return {m.info.key: list(k.runtime_symbols) for k in find_kernels(sdfg) if k.runtime_symbols for m in k.maps}
     except Exception as exc:      # only a detail of the report

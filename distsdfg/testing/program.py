@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+from ..dace_compat.semantics import parse as semantic_parse
 import dataclasses
 from typing import Callable, Dict, Tuple
 
@@ -24,5 +25,5 @@ class Program:
     outputs: Tuple[str, ...] = ()
 
     def sdfg(self):
-        sd = self.prog.to_sdfg()
+        sd = semantic_parse(self.prog)
         return sd

@@ -7,6 +7,7 @@ The SDFG keeps a name of its own, so that its build never collides with the plai
 """
 from __future__ import annotations
 
+from ..dace_compat.semantics import parse as semantic_parse
 import dataclasses
 import warnings
 
@@ -44,7 +45,7 @@ class TransformedProgram(Program):
     transform: str = ""
 
     def sdfg(self):
-        sd = self.prog.to_sdfg()
+        sd = semantic_parse(self.prog)
         sd.name = f"{sd.name}_{self.transform.lower()}"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -5,6 +5,7 @@ the calls).
 
     mpiexec -n 2 python -m mpi4py -m distsdfg.testing.whole_run OUT.json
 """
+from ..dace_compat.semantics import parse as semantic_parse
 import json
 import os
 import sys
@@ -37,7 +38,7 @@ def main(out: str) -> int:
     records = []
     for name in ("smooth", "scale_sum"):
         prog = {"smooth": smooth, "scale_sum": scale_sum}[name]
-        sdfg = prog.to_sdfg()
+        sdfg = semantic_parse(prog)
         sdfg.name = f"whole2_{name}"
         n = 40
         distsdfg.lower(sdfg, "auto", nprocs=comm.size, plan_options=dict(N=n))

@@ -75,6 +75,17 @@ def _sympy_names(names) -> List[Tuple[str, int, str]]:
             if hasattr(sympy, n) and not isinstance(getattr(sympy, n), sympy.Symbol)]
 
 
+def _clash_line(exc: BaseException, prog) -> Tuple[Optional[str], Optional[int]]:
+    """Where DaCe failed after parsing (DaCe 2.0 simplifies first, with no line at hand) on a condition
+    naming a SymPy function: that condition's file and line."""
+    text = f"{type(exc).__name__}: {exc}"
+    if "NotImplementedType" not in text and "SympifyError" not in text:
+        return None, None
+    fn, offset, source = _function_ast(prog)
+    clash = _sympy_names(_condition_names(fn, offset)) if fn is not None else []
+    return (source, clash[0][1]) if clash and source else (None, None)
+
+
 def _hint(exc: BaseException, prog, line_src: str) -> str:
     text = f"{type(exc).__name__}: {exc}"
     fn, offset, _ = _function_ast(prog)
@@ -93,7 +104,7 @@ def _hint(exc: BaseException, prog, line_src: str) -> str:
                 f"`while` condition; loop `for step in range(max_steps):` and `break` when done (`if delta <= "
                 f"tol: break`), or keep a local flag updated at the end of the body (`go = delta > tol and steps < "
                 f"max_steps`) and write `while go:`")
-    if "has no return value" in text:
+    if "has no return value" in text or "callback return value" in text:
         calls = []
         try:
             for n in ast.walk(ast.parse(line_src.strip())):
@@ -118,6 +129,8 @@ def parse(prog):
         if isinstance(exc, DistributedLoweringError):
             raise
         filename, line = _where(exc)
+        if not line:
+            filename, line = _clash_line(exc, prog)
         src = linecache.getline(filename, line).strip() if filename and line else ""
         name = getattr(getattr(prog, "f", None), "__name__", getattr(prog, "name", "program"))
         at = f" ({filename}, line {line}: `{src}`)" if line else ""

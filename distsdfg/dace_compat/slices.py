@@ -183,6 +183,30 @@ def _fix_nested_strides(visitor, before) -> None:
                 if strides is not None:
                     inner.strides = strides
                     _pass_symbols(visitor.sdfg, node, strides)
+                _restride_whole_views(node.sdfg, conn)
+
+
+def _restride_whole_views(sdfg, name: str) -> None:
+    """DaCe 2.0 passes the argument as the connector ``name`` with its strides, and reads the parameter
+    through a view of all of it made with contiguous strides (``(1, 1)`` for ``[L, 1]``): where
+    the connector has a dimension of one, such a view takes the connector's strides."""
+    from dace import data, nodes
+    from ..geometry.boxes import row_major_strides
+    desc = sdfg.arrays[name]
+    if not any(str(s) == "1" for s in desc.shape) or len(desc.shape) < 2:
+        return
+    shape = [str(s) for s in desc.shape]
+    contiguous = [str(s) for s in row_major_strides(list(desc.shape))]
+    for state in sdfg.all_states():
+        for an in state.data_nodes():
+            if an.data != name:
+                continue
+            for e in state.all_edges(an):
+                other = e.dst if e.src is an else e.src
+                view = sdfg.arrays.get(other.data) if isinstance(other, nodes.AccessNode) else None
+                if (isinstance(view, data.View) and [str(s) for s in view.shape] == shape
+                        and [str(s) for s in view.strides] == contiguous):
+                    view.strides = tuple(desc.strides)
 
 
 def _pass_symbols(outer, node, strides) -> None:

@@ -8,6 +8,11 @@ import os
 import sys
 
 import dace
+import dace.libraries.blas  # noqa: F401  DaCe's library packages that distsdfg imports, imported on both
+import dace.libraries.lapack  # noqa: F401  sides: importing one registers its functions in DaCe's own
+import dace.libraries.linalg  # noqa: F401  replacement registry (DaCe 2.0), which DaCe does too when a
+import dace.libraries.mpi  # noqa: F401  program uses them
+import dace.libraries.standard  # noqa: F401
 import numpy as np
 
 if sys.argv[1] == "with":

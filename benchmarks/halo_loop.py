@@ -8,6 +8,7 @@ On one rank the whole program (``lower(sdfg, "auto", nprocs=1)``); on two ranks 
 schedule, forced (``plan_options={"whole": False}``, even where the planner would keep the program
 whole), with ``comm_report``'s bytes per iteration. Medians of ``--reps`` interleaved calls.
 """
+from distsdfg.dace_compat.semantics import parse as semantic_parse
 import argparse
 import copy
 import os
@@ -41,11 +42,11 @@ def main(argv=None) -> int:
         sizes["N"] = opts.n
         one = None
         if comm.rank == 0:
-            sd = bench.program().to_sdfg()
+            sd = semantic_parse(bench.program())
             sd.name = f"halo1_{opts.kernel}"
             distsdfg.lower(sd, "auto", nprocs=1, plan_options=sizes)
             one = distsdfg.compile(sd, comm=MPI.COMM_SELF)
-        sd2 = bench.program().to_sdfg()
+        sd2 = semantic_parse(bench.program())
         sd2.name = f"halo2_{opts.kernel}"
         distsdfg.lower(sd2, "auto", nprocs=comm.size, plan_options={**sizes, "whole": False})
         split = sd2._distsdfg.schedule

@@ -25,6 +25,7 @@ per kernel to ``FOLDER/speed.jsonl``; the driver prints the table (``table``).
 """
 from __future__ import annotations
 
+from distsdfg.dace_compat.semantics import parse as semantic_parse
 import copy
 import json
 import math
@@ -156,7 +157,7 @@ def _distributed_call(fn, sdfg, bench, args, comm, placed: bool):
                                                                   if not isinstance(v, np.ndarray)}
     layouts, sizes = {}, {}
     if placed:
-        sizes = plan_sizes(bench.program().to_sdfg(), args)
+        sizes = plan_sizes(semantic_parse(bench.program()), args)
         for name, v in list(mine.items()):
             if isinstance(v, np.ndarray):
                 lay = distsdfg.layout(fn, name, **sizes)
@@ -233,7 +234,7 @@ def run_kernel(spec: dict, reps: int, comm, placements=("root", "distributed")) 
             rec["compile_s"]["dace"], rec["dace_blas"] = dace.ready["compile_s"], dace.ready.get("blas")
         try:
             t = time.perf_counter()
-            sd = bench.program().to_sdfg()
+            sd = semantic_parse(bench.program())
             sd.name = f"speed1_{spec['name']}"
             distsdfg.lower(sd, "auto", nprocs=1, plan_options=plan_sizes(sd, args))
             progs["p1"] = (distsdfg.compile(sd, comm=MPI.COMM_SELF), sd)
@@ -249,7 +250,7 @@ def run_kernel(spec: dict, reps: int, comm, placements=("root", "distributed")) 
             continue
         try:
             t = time.perf_counter()
-            sd = bench.program().to_sdfg()
+            sd = semantic_parse(bench.program())
             sd.name = f"speed2{'d' if placement else ''}_{spec['name']}"
             distsdfg.lower(sd, "auto", nprocs=comm.size, placement=placement, plan_options=plan_sizes(sd, args))
             fn = distsdfg.compile(sd, comm=comm)

@@ -12,6 +12,7 @@ call of each per round, so that their ratios are measured under the same load. T
 """
 from __future__ import annotations
 
+from distsdfg.dace_compat.semantics import parse as semantic_parse
 import hashlib
 import json
 import sys
@@ -88,7 +89,7 @@ def run_schedule(w, sizes, name, grids, ctx):
     import distsdfg
     from distsdfg.solver.report import matmul_io_lower_bounds
     comm, control, P = ctx["comm"], ctx["control"], ctx["comm"].size
-    sdfg = w.program.to_sdfg()
+    sdfg = semantic_parse(w.program)
     sdfg.name = sdfg_name(w, grids, P)
     # nprocs=P as after `lower(sdfg, "auto", nprocs=P)`: at P = 1 the kernels then read and write the
     # caller's arrays in place instead of copying them into local buffers (optimize.alias_whole_blocks)
@@ -102,7 +103,7 @@ def run_schedule(w, sizes, name, grids, ctx):
     if comm.rank != 0:
         return {}, call
     fields = {"status": "ok", "schedule": {k: list(v) for k, v in grids.items()}, **check(out, ctx["ref"], w.rtol)}
-    original = w.program.to_sdfg()
+    original = semantic_parse(w.program)
     fields["model_bytes"] = float(distsdfg.schedule_cost(original, grids, "bytes", **ctx["symbols"]))
     bounds = matmul_io_lower_bounds(original, P, **ctx["symbols"]) if w.name.startswith("matmul") else []
     fields["io_lower_bound"] = sum(b for _, b in bounds) if bounds else None
@@ -195,7 +196,7 @@ def _one_schedule(w, sizes, name, ctx, seen, schedule_for):
     grids, error = None, None
     if control.rank == 0:
         try:
-            grids = schedule_for(name, w.program.to_sdfg(), P, ctx["symbols"])
+            grids = schedule_for(name, semantic_parse(w.program), P, ctx["symbols"])
         except Exception as exc:
             error = failure(exc)
     grids = control.bcast(grids, root=0)

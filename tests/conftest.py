@@ -26,10 +26,41 @@ UNIT_FILES = frozenset({
 })
 
 
+_CSR = ("DaCe 2.0 parses `for j in dace.map[A_row[i]:A_row[i + 1]]` as a map whose bounds are symbols assigned "
+        "on an inter-state edge of the row's nested SDFG, not dynamic map inputs: the CSR row pointer pattern "
+        "(solver/inspector.py) is not recognised")
+_LOOPS = ("DaCe 2.0 parses for-loops as LoopRegions; the independent-loop detection (analysis/loopmaps.py) "
+          "matches DaCe 1.0.2's loops of states and guards only")
+#: Tests of the unit tier that fail with DaCe 2.0.0b1 (expected failures there), and why.
+DACE2_GAPS = {
+    "test_inspector.py::test_csr_pattern_is_recognised": _CSR,
+    "test_inspector.py::test_array_also_read_elsewhere_keeps_the_propagated_block": _CSR,
+    "test_inspector.py::test_shifted_read_keeps_the_propagated_block": _CSR,
+    "test_inspector.py::test_bounds_from_the_pointer_values": _CSR,
+    "test_inspector.py::test_pointer_outside_the_arrays_is_refused": _CSR,
+    "test_inspector.py::test_report_is_exact_with_the_pointer_and_a_bound_without": _CSR,
+    "test_inspector.py::test_plan_cache_keys_on_the_inspected_bounds": _CSR,
+    "test_loopmaps.py::test_independent_loop_becomes_a_splittable_map[tri_syrk-i]": _LOOPS,
+    "test_loopmaps.py::test_independent_loop_becomes_a_splittable_map[tri_scale-i]": _LOOPS,
+    "test_loopmaps.py::test_independent_loop_becomes_a_splittable_map[loop_matmul-r]": _LOOPS,
+    "test_loopmaps.py::test_independent_loop_becomes_a_splittable_map[trimul-i]": _LOOPS,
+    "test_loopmaps.py::test_reasons_name_the_array": _LOOPS,
+    "test_loopmaps.py::test_loop_of_matmuls_moves_only_its_rows": _LOOPS,
+    "test_loopmaps.py::test_generality_report_classifies_without_compiling": _LOOPS,
+    "test_loopmaps.py::test_nested_body_takes_the_local_buffers_strides": _LOOPS,
+    "test_loopmaps.py::test_body_writing_an_outer_loops_row_is_not_an_exact_write": _LOOPS,
+}
+
+
 def pytest_collection_modifyitems(config, items):
+    from distsdfg.dace_compat.dace2 import DACE_MAJOR
     for item in items:
-        if os.path.basename(str(item.fspath)) in UNIT_FILES:
+        name = os.path.basename(str(item.fspath))
+        if name in UNIT_FILES:
             item.add_marker(pytest.mark.unit)
+        gap = DACE2_GAPS.get(f"{name}::{item.name}")
+        if gap and DACE_MAJOR >= 2:
+            item.add_marker(pytest.mark.xfail(reason=gap, strict=True))
 
 
 # The test programs are parsed, lowered and compiled with distsdfg's NumPy semantics (a slice of extent

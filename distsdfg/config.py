@@ -12,6 +12,15 @@ a test or a launcher may set the variable before any call.
 | ``DISTSDFG_NUMPY_FUNCTIONS`` | ``1`` | inside ``numpy_semantics()``: ``np.clip``, ``np.var``, ``np.cumsum``, ``argmax``, ... parse as DaCe operations instead of callbacks (``dace_compat.npfuncs``, ``dace_compat.nparrays``) |
 | ``DISTSDFG_PYTHON_DIVISION`` | ``1`` | inside ``numpy_semantics()``: ``//`` and ``%`` with Python's signs, ``np.sum`` of booleans counts (``dace_compat.pyops``) |
 | ``DISTSDFG_TASKLET_INDEX`` | ``1`` | inside ``numpy_semantics()``: a tasklet's ``_w[p, q]`` on a plane keeps both indices (``dace_compat.tasklet_index``) |
+| ``DISTSDFG_OPTIMIZE`` | ``1`` | rank-local optimisation after tiling when ``lower(..., optimize=None)`` (``distsdfg.lowering.optimize``) |
+| ``DISTSDFG_REBUILD`` | ``0`` | ``1``: build every program again instead of reusing an unchanged build |
+| ``DISTSDFG_CMAKE`` | ``0`` | ``1``: build through DaCe's CMake instead of the direct compiler calls (``docs/building.md``) |
+| ``DISTSDFG_PCH`` | ``1`` | precompiled headers for the direct GCC build |
+| ``DISTSDFG_STEP_TIMES`` | ``0`` | ``1``: time every communication step of a call (read when distsdfg is imported) |
+| ``DISTSDFG_BUILD_TYPE`` | DaCe's, ``Release`` for its default | CMake build type of the programs distsdfg builds |
+| ``DISTSDFG_CALL_TIMEOUT`` | ``30`` | seconds a rank waits at a call's start for the others (0 or negative: no limit) |
+| ``DISTSDFG_PACK_SYMBOLS_ABOVE`` | ``256`` | a program with more per-rank symbols passes them packed in one array |
+| ``DISTSDFG_CUDA_ARCH`` | the GPU's | CUDA architecture of ``target="gpu"`` builds |
 | ``DISTSDFG_FINITE_MATH`` | ``0`` | ``1``: programs that test ``isnan``/``isinf`` are built with DaCe's ``-ffast-math`` unchanged (by default ``-fno-finite-math-only`` is added for them) |
 """
 from __future__ import annotations
@@ -20,7 +29,8 @@ import dataclasses
 import os
 
 __all__ = ["Flag", "WHOLE_WHEN_CHEAPER", "PREFUSE", "NUMPY_SLICES", "NUMPY_FUNCTIONS", "PYTHON_DIVISION",
-           "TASKLET_INDEX", "FINITE_MATH", "SPLIT_GAIN", "FLAGS"]
+           "TASKLET_INDEX", "FINITE_MATH", "OPTIMIZE", "REBUILD", "CMAKE_BUILD", "PCH", "STEP_TIMES", "Setting",
+           "BUILD_TYPE", "CALL_TIMEOUT", "PACK_SYMBOLS_ABOVE", "CUDA_ARCH", "SPLIT_GAIN", "FLAGS", "SETTINGS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,4 +61,30 @@ PYTHON_DIVISION = Flag("DISTSDFG_PYTHON_DIVISION", True, "// and % with Python's
 TASKLET_INDEX = Flag("DISTSDFG_TASKLET_INDEX", True, "a tasklet's multi-dimensional access keeps one index per connector dim")
 FINITE_MATH = Flag("DISTSDFG_FINITE_MATH", False, "keep -ffast-math's finite-math assumption for programs testing isnan/isinf")
 
-FLAGS = (WHOLE_WHEN_CHEAPER, PREFUSE, NUMPY_SLICES, NUMPY_FUNCTIONS, PYTHON_DIVISION, TASKLET_INDEX, FINITE_MATH)
+OPTIMIZE = Flag("DISTSDFG_OPTIMIZE", True, "rank-local optimisation after tiling")
+REBUILD = Flag("DISTSDFG_REBUILD", False, "build every program again")
+CMAKE_BUILD = Flag("DISTSDFG_CMAKE", False, "build through DaCe's CMake")
+PCH = Flag("DISTSDFG_PCH", True, "precompiled headers for the direct GCC build")
+STEP_TIMES = Flag("DISTSDFG_STEP_TIMES", False, "time every communication step of a call")
+
+FLAGS = (WHOLE_WHEN_CHEAPER, PREFUSE, NUMPY_SLICES, NUMPY_FUNCTIONS, PYTHON_DIVISION, TASKLET_INDEX, FINITE_MATH,
+         OPTIMIZE, REBUILD, CMAKE_BUILD, PCH, STEP_TIMES)
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """A valued setting: ``get()`` is the variable's text, ``default`` where it is unset or empty."""
+    env: str
+    default: str
+    doc: str
+
+    def get(self) -> str:
+        return os.environ.get(self.env, "").strip() or self.default
+
+
+BUILD_TYPE = Setting("DISTSDFG_BUILD_TYPE", "", "CMake build type of distsdfg's builds (empty: DaCe's, Release for its default)")
+CALL_TIMEOUT = Setting("DISTSDFG_CALL_TIMEOUT", "30", "seconds a rank waits at a call's start for the others")
+PACK_SYMBOLS_ABOVE = Setting("DISTSDFG_PACK_SYMBOLS_ABOVE", "256", "per-rank symbols passed one by one at most")
+CUDA_ARCH = Setting("DISTSDFG_CUDA_ARCH", "", "CUDA architecture of GPU builds (empty: the local GPU's)")
+
+SETTINGS = (BUILD_TYPE, CALL_TIMEOUT, PACK_SYMBOLS_ABOVE, CUDA_ARCH)

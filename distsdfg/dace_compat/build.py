@@ -337,7 +337,8 @@ def release_build(sdfg: Optional[SDFG] = None):
     ``sdfg``, NaN and infinity tests in it survive ``-ffast-math`` (``special_value_flags``)."""
     from dace.config import Config
     old = Config.get("compiler", "build_type")
-    want = os.environ.get("DISTSDFG_BUILD_TYPE") or (BUILD_TYPE if old == "RelWithDebInfo" else old)
+    from ..config import BUILD_TYPE as CHOSEN_BUILD_TYPE
+    want = CHOSEN_BUILD_TYPE.get() or (BUILD_TYPE if old == "RelWithDebInfo" else old)
     Config.set("compiler", "build_type", value=want)
     try:
         with special_value_flags(sdfg):

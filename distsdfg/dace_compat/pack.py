@@ -21,7 +21,6 @@ arguments). Programs with at most ``threshold()`` such symbols are compiled unwr
 from __future__ import annotations
 
 import functools
-import os
 import re
 from typing import List, Optional
 
@@ -44,7 +43,8 @@ DEFAULT_THRESHOLD = 256
 
 def threshold() -> int:
     """How many per-rank symbols a program may pass one by one (``$DISTSDFG_PACK_SYMBOLS_ABOVE``)."""
-    return int(os.environ.get("DISTSDFG_PACK_SYMBOLS_ABOVE", DEFAULT_THRESHOLD))
+    from ..config import PACK_SYMBOLS_ABOVE
+    return int(PACK_SYMBOLS_ABOVE.get() or DEFAULT_THRESHOLD)
 
 
 def symbols_to_pack(sdfg: SDFG, free=None, keep=()) -> List[str]:

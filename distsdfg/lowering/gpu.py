@@ -134,7 +134,8 @@ def require_cuda_aware_mpi(program: str = "the program"):
 
 def cuda_arch() -> str:
     """The architecture to build for: $DISTSDFG_CUDA_ARCH, the local GPU's, else 80 (nvcc 13 dropped < 75)."""
-    env = os.environ.get("DISTSDFG_CUDA_ARCH")
+    from ..config import CUDA_ARCH
+    env = CUDA_ARCH.get()
     if env:
         return env
     smi = shutil.which("nvidia-smi")

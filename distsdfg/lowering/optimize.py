@@ -43,7 +43,6 @@ Steps 1 to 4 apply to straight-line programs with root placement (see ``optimize
 """
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Dict, List
 
@@ -60,7 +59,8 @@ MIN_PRODUCT = 0
 def enabled(optimize) -> bool:
     """``optimize`` as given to ``lower`` (None: on unless ``DISTSDFG_OPTIMIZE=0``)."""
     if optimize is None:
-        return os.environ.get("DISTSDFG_OPTIMIZE", "1") not in ("", "0")
+        from ..config import OPTIMIZE
+        return OPTIMIZE.get()
     return bool(optimize)
 
 

@@ -149,7 +149,8 @@ def _build(sdfg: SDFG, folder: str, verbose: bool, rebuild: bool, t0: float):
 
 def _compile(sdfg: SDFG, folder: str, key: str, program, objects, wrap, verbose: bool, rebuild: bool, t0: float):
     """Load the build in ``folder`` if its stamp is ``key``, else compile ``program`` there."""
-    rebuild = rebuild or os.environ.get("DISTSDFG_REBUILD", "0") not in ("", "0")
+    from ..config import REBUILD
+    rebuild = rebuild or REBUILD.get()
     if not rebuild and _cached(folder, key, sdfg.name):
         _log(f"{sdfg.name}: reusing the build in {folder} ({time.time() - t0:.1f}s)", verbose)
         cache.touch(os.path.join(folder, STAMP))          # its last use, for the cache's eviction

@@ -21,7 +21,6 @@ both raise ``InputError: rank 0: prog takes 3 positional arguments (A, B, C), go
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Any, Dict, Optional, Tuple
@@ -43,7 +42,8 @@ def call_timeout() -> float:
     """``$DISTSDFG_CALL_TIMEOUT``: seconds a rank waits at a call's start for the other ranks before the
     job is aborted (default 30; 0 or negative: no limit)."""
     try:
-        return float(os.environ.get("DISTSDFG_CALL_TIMEOUT", "30"))
+        from ..config import CALL_TIMEOUT
+        return float(CALL_TIMEOUT.get())
     except ValueError:
         return 30.0
 

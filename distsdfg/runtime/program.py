@@ -30,6 +30,7 @@ from .device_arrays import back_to_device, is_array, is_cupy, on_device, to_host
 from .root_args import RootArguments, check_blocks, replica_values, unequal_replicas
 from ..solver.solve import lowered_of, solve_homes, solve_plan, symbol_values
 from ..dace_compat.semantics import with_numpy_semantics
+from ..config import STEP_TIMES
 
 __all__ = ["DistributedProgram", "compile_distributed", "idle_bcast", "comm_of",
            "lowered_of", "solve_plan", "symbol_values"]   # the last three: distsdfg.solver.solve
@@ -402,7 +403,7 @@ def _same_but_unit_dims(got, want) -> bool:
 
 #: $DISTSDFG_STEP_TIMES: every call prints its time and the time in the compiled program, and
 #: every communication step its own (distsdfg_runtime.h), on stderr.
-_STEP_TIMES = os.environ.get("DISTSDFG_STEP_TIMES", "0") not in ("", "0")
+_STEP_TIMES = STEP_TIMES.get()
 
 
 @with_numpy_semantics

@@ -65,7 +65,8 @@ def cache_dir() -> str:
 
 
 def enabled() -> bool:
-    return os.environ.get("DISTSDFG_CMAKE", "0") in ("", "0")
+    from ..config import CMAKE_BUILD
+    return not CMAKE_BUILD.get()
 
 
 # -- MPI --------------------------------------------------------------------------------------------
@@ -211,7 +212,8 @@ def loader_stub(cxx: str) -> str:
 def precompiled_header(cxx: str, flags: List[str], headers: List[str]) -> Optional[str]:
     """A header that includes DaCe's runtime and ``headers``, with its GCC precompiled form beside it
     (built once per compiler, flags and header contents); None where GCC is not the compiler."""
-    if not _is_gcc(cxx) or os.environ.get("DISTSDFG_PCH", "1") in ("", "0"):
+    from ..config import PCH
+    if not _is_gcc(cxx) or not PCH.get():
         return None
     text = "".join(f"#include <{h}>\n" for h in ["dace/dace.h"] + headers)
     h = hashlib.sha1((cxx + compiler_id(cxx) + "\0".join(flags) + text).encode())

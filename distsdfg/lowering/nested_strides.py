@@ -118,34 +118,39 @@ def _pass_symbols(nsdfg: nodes.NestedSDFG, conn: str, exprs: Sequence, what: str
                 f"`{conn}` needs the outer `{s}` in its {what}; run this kernel whole (its map unsplit)")
 
 
-def reshape_nested(nsdfg: nodes.NestedSDFG, conn: str, old: Sequence, new: Sequence) -> None:
+def reshape_nested(nsdfg: nodes.NestedSDFG, conn: str, old: Sequence, new: Sequence,
+                   offset: Sequence = ()) -> None:
     """The lowering passed a buffer of shape ``new`` where the array of shape ``old`` was passed to
     connector ``conn`` of ``nsdfg``: each dimension of the nested descriptor that has the array's
-    extent takes the buffer's, and so on into the nested SDFGs it passes the whole array to."""
+    extent takes the buffer's, and the buffer's ``offset`` (the buffer holds a block and is indexed
+    with the array's indices), and so on into the nested SDFGs it passes the whole array to."""
     inner = nsdfg.sdfg
     desc = inner.arrays.get(conn)
     if (not isinstance(desc, dt.Array) or isinstance(desc, dt.View) or len(old) != len(new)
             or len(desc.shape) != len(old) or all(_equal(a, b) for a, b in zip(old, new))):
         return
     seen = _renamed(desc.shape, nsdfg.symbol_mapping)
-    if not any(_equal(s, o) for s, o in zip(seen, old)):
-        return
-    _pass_symbols(nsdfg, conn, new, "shape")
+    if not all(_equal(s, o) for s, o in zip(seen, old)):
+        return                      # the callee sees a part of the array: DaCe passes that part
+    offset = tuple(offset) or tuple(0 for _ in new)
+    _pass_symbols(nsdfg, conn, list(new) + list(offset), "shape")
     before = tuple(desc.shape)
-    shape = tuple(n if _equal(s, o) else d for d, s, o, n in zip(desc.shape, seen, old, new))
+    shape = tuple(new)
     if _equal(desc.total_size, sympy.prod([_sym(d) for d in before])):
         desc.total_size = sympy.prod([_sym(d) for d in shape])
     desc.shape = shape
+    if any(not _equal(o, 0) for o in offset) and all(_equal(o, 0) for o in desc.offset):
+        desc.offset = list(offset)
     for st in inner.all_states():
         for node in st.nodes():
             if not isinstance(node, nodes.NestedSDFG):
                 continue
             for e in st.in_edges(node):
                 if e.data.data == conn and e.dst_conn is not None:
-                    reshape_nested(node, e.dst_conn, before, shape)
+                    reshape_nested(node, e.dst_conn, before, shape, desc.offset)
             for e in st.out_edges(node):
                 if e.data.data == conn and e.src_conn is not None:
-                    reshape_nested(node, e.src_conn, before, shape)
+                    reshape_nested(node, e.src_conn, before, shape, desc.offset)
 
 
 def restride_nested(nsdfg: nodes.NestedSDFG, conn: str, old: Sequence, new: Sequence) -> None:
@@ -161,5 +166,5 @@ def restride_into(edge, old_desc, new_desc) -> None:
     array: when it enters or leaves a nested SDFG, restride that side."""
     for n, conn in ((edge.dst, edge.dst_conn), (edge.src, edge.src_conn)):
         if isinstance(n, nodes.NestedSDFG) and conn is not None and isinstance(new_desc, dt.Array):
-            reshape_nested(n, conn, old_desc.shape, new_desc.shape)
+            reshape_nested(n, conn, old_desc.shape, new_desc.shape, new_desc.offset)
             restride_nested(n, conn, old_desc.strides, new_desc.strides)

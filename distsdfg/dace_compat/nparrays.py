@@ -20,6 +20,7 @@ from __future__ import annotations
 import sympy
 
 from .npfuncs import _axes, _kind, _refuse
+from .replacements import convert
 
 __all__ = ["install", "ARRAY_FUNCTIONS"]
 
@@ -157,13 +158,12 @@ def _scan(op: str, what: str):
     def scan(pv, sdfg, state, a, axis=None, dtype=None, out=None):
         from dace import dtypes
         from dace.frontend.common.op_repository import Replacements
-        from .replacements import ops as replacements
         desc = _array(pv, sdfg, a, what)
         if dtype is not None or out is not None:
             raise _refuse(pv, f"{what}: dtype= and out= are not translated; convert the operand first")
         nest = _nest(pv, sdfg, state)
         if _kind(sdfg, a) in "iub" and desc.dtype != dtypes.int64:
-            a = replacements._datatype_converter(sdfg, nest.add_state(), a, dtypes.int64)[0]
+            a = convert(sdfg, nest.add_state(), a, dtypes.int64)
         if axis is None:
             a, axis = _flattened(nest, sdfg, a), 0
         ax = _axes(pv, len(sdfg.arrays[a].shape), axis, what)[0]

@@ -31,6 +31,8 @@ import math
 import operator
 from functools import reduce as _fold
 
+from .replacements import convert
+
 __all__ = ["install", "FUNCTIONS"]
 
 def _refuse(pv, why: str):
@@ -52,12 +54,11 @@ def _kind(sdfg, a) -> str:
 def _as_float(pv, sdfg, state, a: str, what: str) -> str:
     """``a`` itself for a real floating array; a ``float64`` copy of an integer or boolean one."""
     from dace import dtypes
-    from .replacements import ops as replacements
     kind = _kind(sdfg, a)
     if kind == "f":
         return a
     if kind in "iub":
-        return replacements._datatype_converter(sdfg, state, a, dtypes.float64)[0]
+        return convert(sdfg, state, a, dtypes.float64)
     raise _refuse(pv, f"distsdfg translates {what} of real arrays only (got dtype {sdfg.arrays[a].dtype}); "
                       f"for complex data write it with np.abs")
 
@@ -179,13 +180,13 @@ def _reduction(kind: str, what: str):
         ax = None if axis is None else _axes(pv, len(sdfg.arrays[a].shape), axis, what)
         k = _kind(sdfg, a)
         if kind in ("any", "all", "count") and k != "b":
-            a = replacements._datatype_converter(sdfg, nest.add_state(), a, dtypes.bool)[0]
+            a = convert(sdfg, nest.add_state(), a, dtypes.bool)
         if kind == "count":
-            a = replacements._datatype_converter(sdfg, nest.add_state(), a, dtypes.int64)[0]
+            a = convert(sdfg, nest.add_state(), a, dtypes.int64)
             return nest, nest(Replacements.get("numpy.sum"))(a, axis=ax)
         if kind == "prod":
             if k in "ub" or k == "i" and sdfg.arrays[a].dtype != dtypes.int64:
-                a = replacements._datatype_converter(sdfg, nest.add_state(), a, dtypes.int64)[0]
+                a = convert(sdfg, nest.add_state(), a, dtypes.int64)
             return nest, nest(replacements._reduce)("lambda x, y: x * y", a, axis=ax, identity=1)
         if kind == "ptp":
             hi = nest(replacements._max)(a, axis=ax)
@@ -224,18 +225,23 @@ FUNCTIONS = {
 }
 
 
+#: Functions whose translation here replaces DaCe's own where DaCe has one (DaCe 2.0): its `np.any`
+#: and `np.all` reduce with a logical or/and, which has no MPI reduction; these reduce with max/min.
+PREFERRED = frozenset({"numpy.any", "numpy.all"})
+
+
 def install(patches) -> None:
     """Register the replacements for a ``numpy_semantics()`` block (``semantics.py``);
     ``DISTSDFG_NUMPY_FUNCTIONS=0`` leaves DaCe as it is. A replacement DaCe itself registers for one
-    of these names (a later DaCe) is kept."""
+    of these names (a later DaCe) is kept, except the ``PREFERRED`` ones."""
     from ..config import NUMPY_FUNCTIONS
     if not NUMPY_FUNCTIONS.get():
         return
     from dace.frontend.common.op_repository import Replacements
     for name, func in FUNCTIONS.items():
-        if name not in Replacements._rep:
+        if name not in Replacements._rep or name in PREFERRED:
             patches.put(Replacements._rep, name, func)
     for cls in ("Array", "View", "Scalar"):
         for meth in ("clip", "var", "std", "prod", "any", "all", "ptp", "round"):
-            if (cls, meth) not in Replacements._method_rep:   # called as func(pv, sdfg, state, self, ...)
+            if (cls, meth) not in Replacements._method_rep or f"numpy.{meth}" in PREFERRED:
                 patches.put(Replacements._method_rep, (cls, meth), FUNCTIONS["numpy." + meth])

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import ast
 
+from .replacements import convert
+
 __all__ = ["install_division", "install_sums", "PYTHON_OPERATORS"]
 
 #: The Python operators whose C++ spelling differs from Python's, and DaCe's helper for each.
@@ -62,14 +64,13 @@ def _converting(original, *, to: str, integers: bool = False):
     one where ``integers``) first converted to the type ``to`` (a ``dace.dtypes`` name)."""
     import numpy as np
     from dace import dtypes
-    from .replacements import ops as replacements
 
     def replacement(pv, sdfg, state, a, *args, **kwargs):
         desc = sdfg.arrays.get(a) if isinstance(a, str) else None
         kind = np.dtype(desc.dtype.type).kind if desc is not None else None
         if kind != "b" and not (integers and kind in "iu"):
             return original(pv, sdfg, state, a, *args, **kwargs)
-        a = replacements._datatype_converter(sdfg, state, a, getattr(dtypes, to))[0]
+        a = convert(sdfg, state, a, getattr(dtypes, to))
         written = [n for n in state.data_nodes() if n.data == a]
         result = original(pv, sdfg, state, a, *args, **kwargs)
         _read_after_write(state, a, written)

@@ -8,7 +8,7 @@ import importlib
 import pkgutil
 from types import ModuleType
 
-__all__ = ["ops", "defining_module"]
+__all__ = ["ops", "defining_module", "convert"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -25,10 +25,22 @@ def _modules() -> tuple:
     return tuple(found)
 
 
+#: DaCe 1.0.2's names of replacements that DaCe 2.0 renamed, and their DaCe 2.0 names (same signatures).
+RENAMED = {"_elementwise": "elementwise", "_reduce": "reduce"}
+
+
+def _name_in(mod: ModuleType, name: str):
+    """``name``, or its DaCe 2.0 name, where ``mod`` defines it; None where it does not."""
+    for n in (name, RENAMED.get(name)):
+        if n and n in vars(mod):
+            return n
+    return None
+
+
 def defining_module(name: str) -> ModuleType:
     """The module that defines the replacement ``name`` (e.g. ``"_transpose"``)."""
     for mod in _modules():
-        if name in vars(mod):
+        if _name_in(mod, name):
             return mod
     raise AttributeError(f"DaCe has no NumPy replacement {name!r} in dace.frontend.python.replacements")
 
@@ -37,10 +49,22 @@ class _Ops:
     """``ops._sum`` reads, and ``ops._sum = f`` replaces, the function in the module that defines it."""
 
     def __getattr__(self, name: str):
-        return getattr(defining_module(name), name)
+        mod = defining_module(name)
+        return getattr(mod, _name_in(mod, name))
 
     def __setattr__(self, name: str, value) -> None:
-        setattr(defining_module(name), name, value)
+        mod = defining_module(name)
+        setattr(mod, _name_in(mod, name), value)
 
 
 ops = _Ops()
+
+
+def convert(sdfg, state, a: str, dtype) -> str:
+    """DaCe's out-of-place conversion of array ``a`` to ``dtype`` (``_datatype_converter``; DaCe 2.0
+    also takes a name for the new array): the converted array's name."""
+    import inspect
+    func = ops._datatype_converter
+    if "name_hint" in inspect.signature(func).parameters:
+        return func(sdfg, state, a, dtype, name_hint=f"{a}_as_{dtype.to_string()}")[0]
+    return func(sdfg, state, a, dtype)[0]

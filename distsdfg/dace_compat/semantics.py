@@ -5,8 +5,8 @@ silently wrong (``-7 // 2``, ``pos[:, 0:1]``'s shape, ``np.sum`` of a boolean ar
 under ``-ffast-math``) or does not parse (``np.clip``, ``np.var``, ...). The modules of this adapter
 hold one fix each; ``numpy_semantics()`` applies all of them while its block runs and gives DaCe
 back exactly as it was when the outermost block ends. distsdfg's own entry points (``lower``,
-``compile``, ``auto_schedule``, ``comm_report``, the torch frontend, the command line, the build at
-a program's first call) run inside it; importing distsdfg changes nothing in DaCe, so a program DaCe
+``compile``, the planner's ``auto_schedule``, ``explain`` and ``schedule_cost``, the torch frontend,
+the command line, the build at a program's first call) run inside it; importing distsdfg changes nothing in DaCe, so a program DaCe
 alone parses and compiles behaves the same with distsdfg imported.
 
 A program parsed by the user (``prog.to_sdfg()``) gets NumPy's slice shapes and NumPy functions
@@ -50,10 +50,6 @@ class Patches:
         old = mapping.get(key, _MISSING)
         mapping[key] = value
         self._undo.append(lambda: mapping.pop(key, None) if old is _MISSING else mapping.__setitem__(key, old))
-
-    def call(self, undo: Callable[[], None]) -> None:
-        """Run ``undo`` when the block ends (a change made by other means, e.g. DaCe's configuration)."""
-        self._undo.append(undo)
 
     def undo(self) -> None:
         while self._undo:

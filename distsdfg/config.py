@@ -7,6 +7,7 @@ a test or a launcher may set the variable before any call.
 | variable | default | what |
 |---|---|---|
 | ``DISTSDFG_WHOLE`` | ``1`` | a program lowered for one rank, and ``lower(sdfg, "auto", nprocs=P)`` when the planner's time model prices the best split schedule at more than ``1 / SPLIT_GAIN`` of the whole program on one rank, runs whole on rank 0 as DaCe alone builds it (``distsdfg.lowering.whole``; ``0``: the general lowering, and the planner always splits) |
+| ``DISTSDFG_GEMV`` | ``1`` | matrix-vector products in programs built with OpenBLAS run distsdfg's streaming loops (``distsdfg/lowering/include/distsdfg_gemv.h``: one thread, unit strides; the other calls and ``0``: OpenBLAS's ``cblas_?gemv``) |
 | ``DISTSDFG_PREFUSE`` | ``1`` | ``lower(sdfg, "auto", nprocs=P)`` fuses the program's maps as DaCe's ``auto_optimize`` does before planning (``0``: plan the maps as written) |
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-__all__ = ["Flag", "WHOLE_WHEN_CHEAPER", "PREFUSE", "SPLIT_GAIN", "FLAGS"]
+__all__ = ["Flag", "WHOLE_WHEN_CHEAPER", "PREFUSE", "OWN_GEMV", "SPLIT_GAIN", "FLAGS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,9 +35,10 @@ class Flag:
 WHOLE_WHEN_CHEAPER = Flag("DISTSDFG_WHOLE", True,
                           "run the whole program on rank 0 when the time model says splitting does not pay")
 PREFUSE = Flag("DISTSDFG_PREFUSE", True, "fuse maps as DaCe's auto_optimize does before planning an auto schedule")
+OWN_GEMV = Flag("DISTSDFG_GEMV", True, "matrix-vector products of OpenBLAS builds run distsdfg's streaming loops")
 
 #: A split schedule must be priced at least this many times faster than the whole program on one
 #: rank to be chosen: the time model does not see every per-call and per-step cost of a split program.
 SPLIT_GAIN = 1.5
 
-FLAGS = (WHOLE_WHEN_CHEAPER, PREFUSE)
+FLAGS = (WHOLE_WHEN_CHEAPER, PREFUSE, OWN_GEMV)

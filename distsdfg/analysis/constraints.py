@@ -100,9 +100,12 @@ class KernelPlan:
         return tile_subset(amap.info.ranges, grid, syms, clamp=clamp)
 
 
-def _exact(memlet: dace.Memlet, params: Sequence[str]) -> bool:
-    """Whether propagating ``memlet`` over a box of ``params`` gives exactly the elements written."""
-    if memlet.dynamic:
+def _exact(memlet: dace.Memlet, params: Sequence[str], conditional: bool = False) -> bool:
+    """Whether propagating ``memlet`` over a box of ``params`` gives exactly the elements written
+    (``conditional``: would give them, were the write not conditional: a dynamic memlet whose
+    index is a permutation of the parameters writes a subset of the box, one element per iteration
+    at most)."""
+    if memlet.dynamic and not conditional:
         return False
     # A nested SDFG's memlet may cover more than it writes: ``[0:N, 0:H, j, 0:C]`` for a body
     # that writes the row ``i`` of an outer loop only (its volume, ``N*C``, says so). Treating
@@ -126,6 +129,12 @@ def _exact(memlet: dace.Memlet, params: Sequence[str]) -> bool:
             return False
         used.add(p)
     return True
+
+
+def conditional_write(memlet: dace.Memlet, params: Sequence[str]) -> bool:
+    """A write under a condition (a dynamic memlet) at an index that is a permutation of ``params``:
+    it writes some elements of its rank's block, and the kernel reads the block first."""
+    return memlet.dynamic and memlet.wcr is None and _exact(memlet, params, conditional=True)
 
 
 def unreduced_params(m: AnalysedMap) -> Dict[str, Tuple[str, dace.Memlet]]:
@@ -328,7 +337,7 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
             rec = per_array.setdefault(arr, {"reads": [], "writes": [], "alloc": [], "ndim": len(desc.shape),
                                              "shape": tuple(desc.shape), "ops": set(), "exact": [],
                                              "plain_exact": [], "dtype": desc.dtype, "full": set(),
-                                             "split": False})
+                                             "split": False, "conditional": []})
             for direction, memlets in (("reads", acc.reads), ("writes", acc.writes)):
                 if not memlets:
                     continue
@@ -356,6 +365,9 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
                             single = propagate_box([w], desc, m.info.params, clamped)
                             if _exact(w, m.info.params) and _same_box(single, box):
                                 rec["plain_exact"].append(box)
+                            elif (w.dynamic and _exact(w, m.info.params, conditional=True)
+                                  and _same_box(single, box)):
+                                rec["conditional"].append(box)
                     rec["exact"].append(any(_exact(w, m.info.params) and w.wcr is None for w in memlets)
                                         or all(w.wcr is not None for w in memlets))
 
@@ -376,6 +388,14 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
         if op is not None and not init_covered and rec["plain_exact"]:
             raise UnsupportedProgramError(f"`{kernel.label}` both overwrites part of `{arr}` and accumulates into it")
         exact = op is not None or bool(rec["plain_exact"])
+        if (op is None and not exact and rec["conditional"] and len(rec["conditional"]) == len(writes)
+                and all(_same_box(b, write) for b in rec["conditional"])):
+            # Writes under a condition (``if labels[i] == k: onehot[i, k] = 1.0``), each inside the
+            # rank's block: the kernel reads its block of the current value first, so that the block
+            # it holds afterwards is the array's value there, written or not.
+            if not any(_same_box(b, write) for b in rec["reads"]):
+                rec["reads"].append(write)
+            exact = True
         alloc_start, alloc_shape = _alloc(rec["alloc"], rec["shape"], opaque)
         plan.arrays[arr] = ArrayConstraint(arr, [opaque.show(b) for b in rec["reads"]], opaque.show(write), alloc_start, alloc_shape, exact, op, init_covered,
                                            write is not None and exact and init_covered and "writes" in rec["full"],

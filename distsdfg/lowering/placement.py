@@ -86,7 +86,7 @@ def without_viewed(placed: Set[str], viewed: Set[str], placement: PlacementLike,
     """``placed`` less the arrays the program reads through slices it keeps whole on rank 0 (DaCe
     views: ``data[:, i]`` taken inside a loop): such an array is passed whole at rank 0. An array the
     placement names explicitly is refused instead, so that what a user asked for never silently changes."""
-    kept = placed - set(viewed)
+    kept = placed - {a for a in viewed if not a.startswith("__return")}    # results are written, not read
     named = sorted(a for a in placed - kept if isinstance(placement, Mapping) and placement.get(a) == "distributed")
     if named:
         raise PlacementError(f"`{named[0]}` of `{program}` cannot be placed distributed: the program reads it "

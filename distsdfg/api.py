@@ -15,7 +15,8 @@ from .analysis.kernels import MapInfo, find_kernels, main_map_infos, maps
 from .lowering.pipeline import lower_sdfg
 from .lowering.placement import boundary_pricing, placed_arrays
 from .runtime.progress import phase
-from .planner.auto import auto_schedule, explain, schedule_cost
+from .planner.auto import auto_schedule, schedule_cost
+from .planner.explain import explain
 from .lowering.whole import prefuse_applies, runs_whole
 from .dace_compat.fusion import copy_into
 from .errors import DistributedLoweringError, LoweredStateError

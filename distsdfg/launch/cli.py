@@ -49,7 +49,7 @@ def cmd_maps(args):
     from .runner import load_program, parse_program
     prog, _ = load_program(args.program)
     for m in distsdfg.maps(parse_program(prog)):
-        print(m)
+        print(f"{m}  # {m.source}" if m.source else m)
 
 
 def cmd_plan(args):
@@ -79,8 +79,9 @@ def cmd_plan(args):
         }, indent=1))
     else:
         print(f"schedule on {P} ranks:")
+        source = {key: k.source for k in sdfg._distsdfg.kernels for key in k.keys}
         for key, grid in sdfg._distsdfg.schedule.grids:
-            print(f"  {key:48s} {grid}")
+            print(f"  {key:48s} {str(grid):14s} {source.get(key, '')}".rstrip())
         plans = distsdfg.comm_plans(sdfg, nprocs=P, **sizes)
         if plans:
             print("between kernels:")

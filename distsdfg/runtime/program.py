@@ -30,7 +30,7 @@ from .device_arrays import back_to_device, is_array, is_cupy, on_device, to_host
 from .root_args import RootArguments, check_blocks, replica_values, unequal_replicas
 from ..solver.solve import lowered_of, solve_homes, solve_plan, symbol_values
 
-__all__ = ["DistributedProgram", "compile_distributed", "idle_bcast", "comm_of",
+__all__ = ["DistributedProgram", "compile_distributed", "idle_bcast", "comm_of", "step_legend",
            "lowered_of", "solve_plan", "symbol_values"]   # the last three: distsdfg.solver.solve
 
 
@@ -352,6 +352,9 @@ class DistributedProgram:
         if self.lowered.rank0_only and rank != 0:
             return self._root_args.nothing()
         table, _, home_syms, blocks = self.plan(values)
+        if _STEP_TIMES and rank == 0 and not getattr(self, "_legend_shown", False):
+            self._legend_shown = True
+            print(step_legend(self.lowered), file=sys.stderr, flush=True)
         if blocks:      # distributed placement: every rank checks its own blocks, all agree
             mine = (check_blocks(self.sdfg, self.lowered, kwargs, blocks, rank), replica_values(self.lowered, kwargs))
             gathered = comm.allgather(mine)
@@ -392,6 +395,16 @@ class DistributedProgram:
     @functools.cached_property
     def _root_args(self):
         return RootArguments(self.sdfg, self.lowered)
+
+
+def step_legend(low) -> str:
+    """What each numbered step of the step timings moves, and for which kernel and source line."""
+    lines = [f"[distsdfg] steps of {low.original_name}:"]
+    for st in low.steps:
+        source = low.kernel_source(st)
+        where = f" ({source})" if source else ""
+        lines.append(f"[distsdfg]   step {st.index}: {st.kind} `{st.array}` for `{st.kernel_label}`{where}")
+    return "\n".join(lines)
 
 
 def _same_but_unit_dims(got, want) -> bool:

@@ -5,7 +5,7 @@ import dace
 import numpy as np
 
 import distsdfg
-from distsdfg.analysis.source import SourceLine, source_line
+from distsdfg.dace_compat.source import SourceLine, source_line
 from distsdfg.planner.explain import map_groups
 
 N = dace.symbol("N")

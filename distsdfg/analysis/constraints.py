@@ -11,7 +11,7 @@ from dace import subsets, symbolic
 from .. import dace_compat as dc
 from ..values.exprs import same_value as _same, simplified as _simplified
 from ..errors import AccumulationError, IndirectWriteError, ScheduleError, UnsupportedProgramError
-from .source import named
+from ..dace_compat.source import named
 from .kernels import Access, AnalysedMap, Kernel
 from .memlets import dim_params as _dim_params
 from .tiling import rank_symbol, tile_subset

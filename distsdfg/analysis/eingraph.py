@@ -56,7 +56,7 @@ class Vertex:
     constant: bool = False                # writes one number everywhere (a reset map)
     repeats: int = 1                      # runs per program call (inside a loop: its trip count)
     unsplit: Tuple[str, ...] = ()         # labels a plain write does not index (splitting them is refused)
-    source: str = ""                      # the user's line that made the kernel (``analysis.source``)
+    source: str = ""                      # the user's line that made the kernel (``dace_compat.source``)
 
     @property
     def agg(self) -> Tuple[str, ...]:

@@ -10,7 +10,7 @@ from dace.sdfg import SDFG, SDFGState, nodes
 
 from .. import dace_compat as dc
 from ..checks import require_sdfg
-from .source import source_of
+from ..dace_compat.source import source_of
 
 __all__ = ["MapInfo", "AnalysedMap", "Kernel", "find_kernels", "main_map_infos", "normalise", "maps", "KEPT_LIBRARY_NODES"]
 
@@ -26,7 +26,7 @@ class MapInfo:
     params: Tuple[str, ...]
     ranges: subsets.Range
     state: str
-    source: str = ""        # the user's line (``analysis.source``): ``heat.py:17 Tn[1:-1, 1:-1] = ...``; '' if unknown
+    source: str = ""        # the user's line (``dace_compat.source``): ``heat.py:17 Tn[1:-1, 1:-1] = ...``; '' if unknown
 
     def __str__(self):
         return f"{self.key}[{', '.join(f'{p}={r}' for p, r in zip(self.params, self.ranges))}]"
@@ -68,7 +68,7 @@ class Kernel:
 
     @property
     def source(self) -> str:
-        """The user's line that made this kernel (``analysis.source``), '' when DaCe kept none."""
+        """The user's line that made this kernel (``dace_compat.source``), '' when DaCe kept none."""
         return source_of(self.state, self.node)
 
 

@@ -157,7 +157,8 @@ def cmd_run(args):
         sys.exit(run_program(args.program, schedule=args.schedule, sizes=_sizes(args.sizes), nprocs=args.n,
                              target=args.target, check=args.check, seed=args.seed, compile_only=args.compile_only,
                              verbose=args.verbose, rebuild=args.rebuild, save=args.save, placement=args.placement,
-                             cuda_aware_mpi=args.cuda_aware_mpi, threads_per_rank=args.threads_per_rank))
+                             cuda_aware_mpi=args.cuda_aware_mpi, threads_per_rank=args.threads_per_rank,
+                             trace=args.trace))
     from .mpiexec import launcher_argv
     n = args.n or 1
     inner = ["-m", "distsdfg", "run", args.program, "-n", str(n), "--target", args.target, "--seed", str(args.seed),
@@ -171,6 +172,8 @@ def cmd_run(args):
             inner.append("--" + flag.replace("_", "-"))
     if args.save:
         inner += ["--save", os.path.abspath(args.save)]
+    if args.trace:
+        inner += ["--trace", os.path.abspath(args.trace)]
     if args.threads_per_rank is not None:
         inner += ["--threads-per-rank", str(args.threads_per_rank)]
     sys.exit(_launch(launcher_argv(n, inner, timeout=args.timeout), args.timeout, args.threads_per_rank))
@@ -304,6 +307,8 @@ def main(argv=None):
     p.add_argument("--verbose", action="store_true", help="progress and tracebacks from every rank")
     p.add_argument("--rebuild", action="store_true", help="compile even if an identical build exists")
     p.add_argument("--save", default=None, help="FILE.npz: rank 0 saves the outputs")
+    p.add_argument("--trace", default=None, metavar="FILE.json",
+                   help="write every rank's kernels and MPI steps (with bytes) as a Chrome trace (Perfetto)")
     p.add_argument("--here", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--compile-only", action="store_true", help="lower and compile in this process, then stop")
     _threads_arg(p)

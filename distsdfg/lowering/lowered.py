@@ -41,7 +41,7 @@ class KernelGrid:
     # 1 on the ranks of the grid, 0 on the others, which then run none of the map's iterations
     # (a map that reads through an index array would follow garbage indices there); '' when unused.
     member: str = ""
-    source: str = ""        # the user's line that made the kernel (``analysis.source``); '' if unknown
+    source: str = ""        # the user's line that made the kernel (``dace_compat.source``); '' if unknown
 
 
 @dataclasses.dataclass

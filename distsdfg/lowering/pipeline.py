@@ -45,7 +45,7 @@ def _schedule_hash(sdfg_name: str, schedule: Schedule, target: str, placed=()) -
 def _refuse_split(k, grids) -> None:
     """A kernel whose blocks depend on a loop variable cannot be split: say which map and why."""
     from ..errors import LoopDependentMapError
-    from ..analysis.source import named
+    from ..dace_compat.source import named
     for m in k.maps:
         grid = grids.get(m.info.key)
         if grid is not None and any(g > 1 for g in grid):

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .costmodel import CostModel
 from ..analysis.eingraph import EinGraph, Vertex
-from ..analysis.source import named
+from ..dace_compat.source import named
 from ..errors import DistributedLoweringError, ScheduleError
 from ..values.schedule import Schedule
 

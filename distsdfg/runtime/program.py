@@ -1,6 +1,7 @@
 """Compile once on rank 0, load everywhere, and run: the wrapper every rank calls."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -24,6 +25,9 @@ from ..lowering.rewriter import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS
 from ..lowering.placement import layout as _layout
 from ..values.plan import ConcreteStep, evaluate
 from . import progress
+from ..config import TRACE_FILE
+from ..dace_compat.trace import traced
+from .trace import TraceFile, is_step
 from .builds import build, load_build
 from .callsync import CallStart
 from .device_arrays import back_to_device, is_array, is_cupy, on_device, to_host, wait_for_callers_stream
@@ -68,7 +72,7 @@ class DistributedProgram:
     arrays.
     """
 
-    def __init__(self, sdfg: SDFG, compiled, comm, threads_per_rank: int = 1):
+    def __init__(self, sdfg: SDFG, compiled, comm, threads_per_rank: int = 1, trace: Optional[str] = None):
         self.sdfg = sdfg
         self.threads_per_rank = threads_per_rank
         self.lowered = lowered_of(sdfg)
@@ -87,6 +91,8 @@ class DistributedProgram:
         # The per-rank symbols the compiled program takes packed in one array, in order (or None).
         self._packed = packed_names(compiled.sdfg) if getattr(compiled, "sdfg", None) is not None else None
         self._start = CallStart(comm, self.lowered.original_name)      # collective, as the constructor is
+        # Built with the trace recorder: every call appends every rank's events to this file.
+        self.trace = TraceFile(trace, comm) if trace else None
 
     # -- argument checking (rank 0) ---------------------------------------------------------------
     @functools.cached_property
@@ -350,6 +356,8 @@ class DistributedProgram:
             if is_array(a) and a.shape != shape and a.size == int(np.prod(shape)):
                 kwargs[name] = a.reshape(shape)
         if self.lowered.rank0_only and rank != 0:
+            if self.trace is not None:      # the trace's gather is collective: an empty part
+                self.trace.add_call(self, values, time.time() * 1e6, time.time() * 1e6, None)
             return self._root_args.nothing()
         table, _, home_syms, blocks = self.plan(values)
         if _STEP_TIMES and rank == 0 and not getattr(self, "_legend_shown", False):
@@ -380,12 +388,15 @@ class DistributedProgram:
             wait_for_callers_stream()
         dc.fresh_return_arrays(self._compiled)     # results are handed over, not copied
         t_program = time.perf_counter()
+        t_wall = time.time() * 1e6
         if blocks or reshapes:      # a rank's block is often a view (a slice of a memory map); a reshaped
             # argument is one; both checked contiguous above
             with dc.allow_view_arguments():
                 out = dc.call_compiled(self._compiled, call)
         else:
             out = dc.call_compiled(self._compiled, call)
+        if self.trace is not None:
+            self.trace.add_call(self, values, t_wall, time.time() * 1e6, self._compiled)
         if _STEP_TIMES:
             now = time.perf_counter()
             print(f"[distsdfg] rank {rank} call of {self.lowered.original_name}: {(now - t_call) * 1e3:.3f} ms, "
@@ -418,15 +429,20 @@ _STEP_TIMES = os.environ.get("DISTSDFG_STEP_TIMES", "0") not in ("", "0")
 
 
 def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None,
-                        rebuild: bool = False, threads_per_rank: Optional[int] = None) -> DistributedProgram:
+                        rebuild: bool = False, threads_per_rank: Optional[int] = None,
+                        trace: Optional[str] = None) -> DistributedProgram:
     """Build on rank 0 of ``comm`` (or reuse an identical build), load on every rank (collective over
     ``comm``, default ``MPI.COMM_WORLD``). The program runs on ``comm``: its ranks are the ranks the
     plan speaks of, and every communication step uses it (see ``rewriter.COMM_ARG``).
+
+    ``trace`` (default ``$DISTSDFG_TRACE``): a file that every call appends each rank's kernels and
+    steps to, as a Chrome trace (``runtime.trace``); the program is built with their timers.
 
     Every rank runs with ``threads_per_rank`` OpenMP and MKL threads (default 1, or
     ``$DISTSDFG_THREADS_PER_RANK``)."""
     comm = comm_of(comm)
     lowered_of(sdfg)
+    trace = idle_bcast(comm, trace if trace is not None else TRACE_FILE.get()) or None
     threads = blas.threads_per_rank(threads_per_rank)
     blas.configure()
     blas.use_threads(threads)      # before the BLAS is loaded: OpenBLAS's threads, MKL's layer are fixed then
@@ -440,8 +456,9 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
         kernels = len(lowered_of(sdfg).kernels)
         try:
             with progress.phase(f"{lowered_of(sdfg).original_name}: compile ({kernels} kernel"
-                                f"{'s' if kernels != 1 else ''})", verbose=False if verbose else shown):
-                compiled, folder = build(sdfg, verbose=verbose, rebuild=rebuild)
+                                f"{'s' if kernels != 1 else ''})", verbose=False if verbose else shown), \
+                    (traced(sdfg, is_step) if trace else contextlib.nullcontext()):
+                compiled, folder = build(sdfg, verbose=verbose, rebuild=rebuild, trace=bool(trace))
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
     # Every rank plans from rank 0's lowering: the binary was built from it.
@@ -452,6 +469,6 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
     if comm.rank != 0:
         compiled = load_build(folder)
     comm.Barrier()
-    prog = DistributedProgram(sdfg, compiled, comm, threads)
+    prog = DistributedProgram(sdfg, compiled, comm, threads, trace)
     prog.progress = shown
     return prog

@@ -15,9 +15,10 @@ __all__ = ["SourceLine", "source_line", "source_of", "named"]
 WIDTH = 60
 
 #: Files whose lines are never the user's: DaCe's and distsdfg's own (a node they add records
-#: the line of the library function that added it).
+#: the line of the library function that added it), but for distsdfg's test programs.
 _INTERNAL = (os.path.dirname(os.path.abspath(dace.__file__)) + os.sep,
              os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+_PROGRAMS = os.path.join(_INTERNAL[1], "testing") + os.sep
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -46,7 +47,7 @@ def _user_line(info) -> Optional[SourceLine]:
     if info is None or not getattr(info, "filename", None) or not getattr(info, "start_line", 0):
         return None
     path = os.path.abspath(info.filename)
-    if path.startswith(_INTERNAL) or info.filename.startswith("<"):
+    if (path.startswith(_INTERNAL) and not path.startswith(_PROGRAMS)) or info.filename.startswith("<"):
         return None
     text = linecache.getline(info.filename, int(info.start_line)).strip()
     return SourceLine(info.filename, int(info.start_line), text)

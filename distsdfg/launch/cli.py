@@ -92,8 +92,21 @@ def cmd_plan(args):
             busiest = f"at most {sum(s.max_received for s in steps):,}" if summary else f"{_busiest(steps):,}"
             print(f"I/O lower bound for {key}: {b:,.0f} bytes per rank (the busiest rank here receives {busiest})")
     if args.plot:
+        _plot(sdfg, args.plot, P, sizes, per_kernel)
+
+
+def _plot(sdfg, path: str, P: int, sizes, per_kernel) -> None:
+    """The plan's picture (``plan_plot``); without matplotlib, a bar chart of bytes per kernel (PNG)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
         from .plot import bar_chart_png
-        bar_chart_png(list(per_kernel), list(per_kernel.values()), args.plot, title=f"bytes per kernel, P={P}")
+        bar_chart_png(list(per_kernel), list(per_kernel.values()), path, title=f"bytes per kernel, P={P}")
+        print(f"distsdfg: {path}: bytes per kernel only; install matplotlib (pip install matplotlib) for the "
+              f"picture of every kernel's grid and blocks", file=sys.stderr)
+        return
+    from .plan_plot import draw_plan, plan_rows
+    draw_plan(plan_rows(sdfg, nprocs=P, **sizes), path, nprocs=P, title=sdfg._distsdfg.original_name)
 
 
 def _sent(step) -> int:
@@ -323,7 +336,9 @@ def main(argv=None):
     p.add_argument("-n", type=int, default=None, help="number of ranks (default: the schedule's)")
     _schedule_args(p)
     p.add_argument("--json", action="store_true")
-    p.add_argument("--plot", default=None, help="FILE.png: a bar chart of bytes per kernel")
+    p.add_argument("--plot", default=None, metavar="FILE.png|FILE.svg",
+                   help="a picture per kernel of its process grid, each rank's block of every array it moves, and the "
+                        "bytes (needs matplotlib; without it a bar chart of bytes per kernel)")
     p.add_argument("--auto", action="store_true", help="plan the schedule (EinDecomp) for -n ranks")
     p.add_argument("--model", default="time", help="cost model for --auto: time (default), bytes, paper, alpha-beta")
     p.add_argument("--searcher", default="dp", help="dp, greedy or exhaustive")

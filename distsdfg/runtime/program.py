@@ -25,7 +25,7 @@ from ..lowering.rewriter import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS
 from ..lowering.placement import layout as _layout
 from ..values.plan import ConcreteStep, evaluate
 from . import progress
-from ..config import TRACE_FILE
+from ..config import STEP_TIMES, TRACE_FILE
 from ..dace_compat.trace import traced
 from .trace import TraceFile, is_step
 from .builds import build, load_build
@@ -92,7 +92,7 @@ class DistributedProgram:
         self._packed = packed_names(compiled.sdfg) if getattr(compiled, "sdfg", None) is not None else None
         self._start = CallStart(comm, self.lowered.original_name)      # collective, as the constructor is
         # Built with the trace recorder: every call appends every rank's events to this file.
-        self.trace = TraceFile(trace, comm) if trace else None
+        self.trace = TraceFile.open(trace, comm) if trace else None
 
     # -- argument checking (rank 0) ---------------------------------------------------------------
     @functools.cached_property
@@ -360,7 +360,7 @@ class DistributedProgram:
                 self.trace.add_call(self, values, time.time() * 1e6, time.time() * 1e6, None)
             return self._root_args.nothing()
         table, _, home_syms, blocks = self.plan(values)
-        if _STEP_TIMES and rank == 0 and not getattr(self, "_legend_shown", False):
+        if STEP_TIMES.get() and rank == 0 and not getattr(self, "_legend_shown", False):
             self._legend_shown = True
             print(step_legend(self.lowered), file=sys.stderr, flush=True)
         if blocks:      # distributed placement: every rank checks its own blocks, all agree
@@ -397,7 +397,7 @@ class DistributedProgram:
             out = dc.call_compiled(self._compiled, call)
         if self.trace is not None:
             self.trace.add_call(self, values, t_wall, time.time() * 1e6, self._compiled)
-        if _STEP_TIMES:
+        if STEP_TIMES.get():
             now = time.perf_counter()
             print(f"[distsdfg] rank {rank} call of {self.lowered.original_name}: {(now - t_call) * 1e3:.3f} ms, "
                   f"{(now - t_program) * 1e3:.3f} ms of it in the compiled program", file=sys.stderr, flush=True)
@@ -421,11 +421,6 @@ def step_legend(low) -> str:
 def _same_but_unit_dims(got, want) -> bool:
     """Two shapes equal once their dimensions of size 1 are dropped (same elements, same order)."""
     return tuple(d for d in got if d != 1) == tuple(int(d) for d in want if d != 1)
-
-
-#: $DISTSDFG_STEP_TIMES: every call prints its time and the time in the compiled program, and
-#: every communication step its own (distsdfg_runtime.h), on stderr.
-_STEP_TIMES = os.environ.get("DISTSDFG_STEP_TIMES", "0") not in ("", "0")
 
 
 def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None,

@@ -46,7 +46,18 @@ def _kernel_source(low, label: str) -> str:
 
 
 class TraceFile:
-    """The trace file of one program on one communicator; ``add_call`` is collective."""
+    """A trace file written on one communicator; ``add_call`` is collective. The programs of a
+    process that trace to one file share it (``TraceFile.open``): the file's first call in the
+    process replaces what an earlier run left there, later calls of any of them append."""
+
+    _shared: Dict[Tuple[str, int], "TraceFile"] = {}
+
+    @classmethod
+    def open(cls, path: str, comm) -> "TraceFile":
+        key = (os.path.abspath(path), id(comm))
+        if key not in cls._shared:
+            cls._shared[key] = cls(path, comm)
+        return cls._shared[key]
 
     def __init__(self, path: str, comm):
         self.path = os.path.abspath(path)
@@ -62,7 +73,7 @@ class TraceFile:
         every = self.comm.gather(mine, root=0)
         if self.comm.rank != 0:
             return
-        steps = self._step_bytes(program.lowered, values, self.comm.size)
+        steps = self._step_bytes(program, values, self.comm.size)
         if self._origin is None:
             self._origin = min(s for s, _, _ in every)
         out = [] if self.calls else self._metadata(program)
@@ -110,10 +121,11 @@ class TraceFile:
                         "args": {"name": program.lowered.original_name}})
         return out
 
-    def _step_bytes(self, low, values: Dict, P: int):
+    def _step_bytes(self, program, values: Dict, P: int):
         """Per step index: its MPI calls ('Scatterv+Bcast', '' for a local copy) and the bytes
         every rank sends and receives in one run of it (``comm_report``'s figures)."""
-        key = tuple(sorted((k, v) for k, v in values.items() if isinstance(v, int)))
+        low = program.lowered
+        key = (id(program),) + tuple(sorted((k, v) for k, v in values.items() if isinstance(v, int)))
         if key not in self._bytes:
             table: Dict[int, Tuple[str, List[int], List[int]]] = {}
             for cs in solve_plan(low, values, 1 if low.rank0_only else P):

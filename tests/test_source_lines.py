@@ -100,3 +100,13 @@ def test_map_groups_join_a_line_or_a_chain_that_moves_nothing():
     assert len(groups) == len({v.source for v in g.vertices})
     mixed = [(4, 1) if i % 2 else (1, 4) for i in range(n)]      # alternating grids: nothing joins
     assert len(map_groups(g, mixed, free)) == n
+
+
+def test_errors_that_name_a_map_quote_its_line():
+    import pytest
+    with pytest.raises(distsdfg.GridShapeError) as info:
+        distsdfg.lower(heat.to_sdfg(), {"_Sub__map": (2,)})
+    assert f"map `_Sub__map` ({HERE}:{LINE + 2} d = Tn - T) has 2 parameters" in str(info.value)
+    with pytest.raises(distsdfg.UnknownMapError) as info:
+        distsdfg.lower(heat.to_sdfg(), {"_Sub__mapp": (2, 1)})
+    assert f"did you mean `_Sub__map` ({HERE}:{LINE + 2} d = Tn - T)?" in str(info.value)

@@ -154,7 +154,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     if any(key not in known for key in schedule.keys()):     # labels (gemm_map) and "*", as schedule_by_label
         schedule = Schedule(tuple(sorted(resolve_names(schedule.as_dict(), [m.info for k in kernels for m in k.maps],
                                                        main_map_infos(kernels)).items())), schedule.sdfg)
-    schedule.validate_for(known, sdfg_name=sdfg.name)
+    schedule.validate_for(known, sdfg_name=sdfg.name, sources={m.info.key: m.info.source for k in kernels for m in k.maps})
     grids = schedule.as_dict()
     plans: List[KernelPlan] = []
     for k in kernels:

@@ -83,7 +83,7 @@ def _checked(sdfg: SDFG, schedule) -> Schedule:
         from ..analysis.kernels import find_kernels, main_map_infos
         grids = resolve_names(sched.as_dict(), infos, main_map_infos(find_kernels(sdfg)))
         sched = Schedule(tuple(sorted(grids.items())), sched.sdfg)
-    sched.validate_for(known, sdfg_name=sdfg.name)
+    sched.validate_for(known, sdfg_name=sdfg.name, sources={m.key: m.source for m in infos})
     return sched
 
 

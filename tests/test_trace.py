@@ -35,7 +35,12 @@ class _Comm:
     def __init__(self, other):
         self.other = other
 
+    def Barrier(self):
+        pass
+
     def gather(self, mine, root=0):
+        if isinstance(mine, float):     # the clocks, read after a barrier: rank 1's is 500 us ahead
+            return [mine, mine + 500.0]
         return [mine, self.other]
 
 
@@ -65,12 +70,14 @@ def test_every_call_appends_and_the_file_stays_valid_json(tmp_path, monkeypatch)
     comm = _Comm(None)
     tf = TraceFile(str(path), comm)
     for call in range(3):
-        comm.other = (1000.0 * call, 1000.0 * call + 90, _events(low, 1000.0 * call))
+        comm.other = (1000.0 * call + 700, 1000.0 * call + 790, _events(low, 1000.0 * call + 700))
         monkeypatch.setattr(trace_module, "take_events", lambda compiled, c=call: _events(low, 1000.0 * c))
         tf.add_call(_Program(sdfg), dict(SIZES), 1000.0 * call, 1000.0 * call + 100, None)
         events = json.loads(path.read_text())["traceEvents"]       # valid after every call
         calls = [e for e in events if e.get("cat") == "call"]
         assert len(calls) == 2 * (call + 1) and {e["pid"] for e in calls} == {0, 1}
+    # rank 1's clock runs 500 us ahead: on rank 0's clock its calls start 200 us after rank 0's
+    assert [e["ts"] for e in calls[:2]] == [0.0, 200.0]
     names = {e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert names == {"rank 0", "rank 1"}
     kernels = [e for e in events if e.get("cat") == "kernel"]

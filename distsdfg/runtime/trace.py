@@ -4,7 +4,8 @@ communication steps, each step with the bytes that rank sends and receives.
 ``compile(sdfg, trace="run.json")`` (or ``$DISTSDFG_TRACE``) builds the program with the
 recorder of ``dace_compat.trace``; after every call, rank 0 gathers each rank's events and appends
 them to the file, which stays valid JSON after every call. One process per rank (``pid`` = rank),
-events in microseconds from the first call's start. A 2-rank call gives, per rank::
+events in microseconds from the first call's start, every rank's clock set to rank 0's at the first
+call (each rank reads its clock right after one barrier). A 2-rank call gives, per rank::
 
     call heat          [-----------------------------------------------]
     Scatterv T           [--]                       bytes_received 4096
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Dict, List, Optional, Tuple
 
 from ..dace_compat.trace import Event, take_events
@@ -64,15 +66,22 @@ class TraceFile:
         self.comm = comm
         self.calls = 0
         self._origin: Optional[float] = None
+        self._skew: Optional[List[float]] = None     # rank 0: per rank, its clock minus rank 0's
         self._bytes: Dict[Tuple, Dict[int, Tuple[str, List[int], List[int]]]] = {}
 
     def add_call(self, program, values: Dict, start: float, end: float, compiled) -> None:
         """Collective: this call's events of every rank, from ``start`` to ``end`` (microseconds of
         the system clock), appended to the file by rank 0."""
+        if self._skew is None:      # each rank's clock against rank 0's, read right after one barrier
+            self.comm.Barrier()
+            times = self.comm.gather(time.time() * 1e6, root=0)
+            self._skew = [t - times[0] for t in times] if self.comm.rank == 0 else []
         mine = (start, end, take_events(compiled))
         every = self.comm.gather(mine, root=0)
         if self.comm.rank != 0:
             return
+        every = [(s - d, e - d, [ev._replace(t0=ev.t0 - d, t1=ev.t1 - d) for ev in evs])
+                 for (s, e, evs), d in zip(every, self._skew)]
         steps = self._step_bytes(program, values, self.comm.size)
         if self._origin is None:
             self._origin = min(s for s, _, _ in every)

@@ -55,6 +55,33 @@ def test_placement_selects_argument_arrays_and_refuses_what_cannot_be_split():
         placed_arrays(mlp, "sharded")
 
 
+NV, MV = dace.symbol("NV"), dace.symbol("MV")
+
+
+@dace.program
+def column_products(float_n: dace.float64, data: dace.float64[NV, MV]):
+    mean = np.mean(data, axis=0)
+    np.subtract(data, mean, out=data)
+    cov = np.zeros((MV, MV), dtype=np.float64)
+    for i in range(MV):
+        cov[i, i:MV] = data[:, i] @ data[:, i:MV] / (float_n - 1.0)
+        cov[i:MV, i] = cov[i, i:MV]
+    return cov
+
+
+def test_an_array_read_through_slices_in_a_loop_stays_at_root():
+    # ``data[:, i]`` in a loop is a view the lowering keeps whole on rank 0: "distributed" passes
+    # it whole at rank 0 (and the rest distributed); naming it explicitly is refused by name.
+    sizes = dict(NV=70, MV=50)
+    sdfg = column_products.to_sdfg()
+    distsdfg.lower(sdfg, "auto", nprocs=2, placement="distributed", plan_options=sizes)
+    assert distsdfg.layout(sdfg, "data", **sizes).placement == "root"
+    assert distsdfg.layout(sdfg, "__return", **sizes).placement == "distributed"
+    with pytest.raises(PlacementError, match="`data` of `.*column_products` cannot be placed distributed.*slices"):
+        distsdfg.lower(column_products.to_sdfg(), "auto", nprocs=2, placement={"data": "distributed"},
+                       plan_options=sizes)
+
+
 def test_matmul_2_2_1_keeps_every_block_in_place():
     sdfg = _lowered("matmul", {"gemm_map": (2, 2, 1)})
     assert distsdfg.comm_report(sdfg, nprocs=4, **MM) == []           # no scatter, no gather, nothing

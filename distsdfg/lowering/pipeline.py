@@ -122,7 +122,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     it (``distsdfg.lowering.whole``), where the target, placement and arguments allow."""
     if whole is None:
         whole = nprocs == 1 and runs_whole(nprocs, schedule)
-    from .placement import placed_arrays
+    from .placement import placed_arrays, without_viewed
     if (comm, target) not in (("host", "cpu"), ("host", "gpu"), ("device", "gpu"), ("emulated", "cpu"),
                               ("emulated-staged", "cpu")):
         raise DistributedLoweringError(f"comm={comm!r} does not go with target={target!r}: device buffers need "
@@ -133,6 +133,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
         raise LoweredStateError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
                                        f"(prog.to_sdfg()) for another schedule")
     source = dc.to_json(sdfg)
+    original_name = sdfg.name
     boxed = box_complex_scalars(sdfg)      # DaCe 1.0.2 passes complex scalars as garbage: one-element arrays
     placed = placed_arrays(sdfg, placement)
     from .optimize import enabled
@@ -186,6 +187,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     sdfg.add_scalar(COMM_ARG, dace.int32)
     views = dc.reshape_views(sdfg)
     viewed = dc.viewed_arrays(sdfg, exclude=views)
+    placed = without_viewed(placed, viewed, placement, original_name)
     if linear and not placed:
         rw = PartialRewriter(sdfg, linear=True, viewed=viewed, views=views)
     else:       # homes at state boundaries; placed arguments are homes the user passes

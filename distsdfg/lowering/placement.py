@@ -82,6 +82,19 @@ def placed_arrays(sdfg: SDFG, placement: PlacementLike) -> Set[str]:
     return out
 
 
+def without_viewed(placed: Set[str], viewed: Set[str], placement: PlacementLike, program: str) -> Set[str]:
+    """``placed`` less the arrays the program reads through slices it keeps whole on rank 0 (DaCe
+    views: ``data[:, i]`` taken inside a loop): such an array is passed whole at rank 0. An array the
+    placement names explicitly is refused instead, so that what a user asked for never silently changes."""
+    kept = placed - set(viewed)
+    named = sorted(a for a in placed - kept if isinstance(placement, Mapping) and placement.get(a) == "distributed")
+    if named:
+        raise PlacementError(f"`{named[0]}` of `{program}` cannot be placed distributed: the program reads it "
+                             f"through slices (views) that the lowering keeps whole on rank 0; leave it at root "
+                             f"(placement={{'{named[0]}': 'root', ...}})")
+    return kept
+
+
 def boundary_pricing(placement: PlacementLike) -> str:
     """The planner's ``inputs=`` for a placement: boundaries free unless everything is at root."""
     return "root" if placement in (None, "root") else "distributed"

@@ -4,6 +4,7 @@ so that concurrent jobs on one machine build a folder once; loaded on every rank
 the build cache (``runtime/cache.py``), not in the folder the program runs from."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -12,7 +13,7 @@ from dace.sdfg import SDFG
 
 from .. import dace_compat as dc
 from ..dace_compat.pack import packing
-from ..dace_compat.trace import expand_marked, remove_report_folder
+from ..dace_compat.trace import expand_marked, remove_report_folder, traced
 from ..lowering import blas
 from ..lowering.gpu import build_settings
 from ..lowering.rewriter import PLAN_LEN
@@ -109,11 +110,11 @@ def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False, trace: bo
     The stamp is written only after a complete build, so an interrupted compile is rebuilt
     on the next run rather than loaded half-made; builders of one folder take turns (``build_lock``).
     After a compile, the least recently used builds are evicted down to the cache's cap (``cache.evict``).
-    ``trace``: ``sdfg``'s kernels and steps are marked for the trace recorder (``dace_compat.trace.traced``).
+    ``trace``: built with the trace recorder around every kernel and step (``dace_compat.trace``).
     """
     t0 = time.time()
     base = place_build(sdfg)
-    with build_lock(base), dc.release_build(sdfg):
+    with build_lock(base), dc.release_build(sdfg), (traced(sdfg, is_step) if trace else contextlib.nullcontext()):
         if getattr(getattr(sdfg, "_distsdfg", None), "target", "cpu") == "gpu":
             with build_settings(base):
                 compiled, folder = _build(sdfg, base, verbose, rebuild, t0, trace)

@@ -1,7 +1,6 @@
 """Compile once on rank 0, load everywhere, and run: the wrapper every rank calls."""
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import sys
@@ -26,8 +25,7 @@ from ..lowering.placement import layout as _layout
 from ..values.plan import ConcreteStep, evaluate
 from . import progress
 from ..config import STEP_TIMES, TRACE_FILE
-from ..dace_compat.trace import traced
-from .trace import TraceFile, is_step
+from .trace import TraceFile
 from .builds import build, load_build
 from .callsync import CallStart
 from .device_arrays import back_to_device, is_array, is_cupy, on_device, to_host, wait_for_callers_stream
@@ -451,8 +449,7 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
         kernels = len(lowered_of(sdfg).kernels)
         try:
             with progress.phase(f"{lowered_of(sdfg).original_name}: compile ({kernels} kernel"
-                                f"{'s' if kernels != 1 else ''})", verbose=False if verbose else shown), \
-                    (traced(sdfg, is_step) if trace else contextlib.nullcontext()):
+                                f"{'s' if kernels != 1 else ''})", verbose=False if verbose else shown):
                 compiled, folder = build(sdfg, verbose=verbose, rebuild=rebuild, trace=bool(trace))
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"

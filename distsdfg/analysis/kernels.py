@@ -66,11 +66,6 @@ class Kernel:
     def label(self) -> str:
         return self.node.label
 
-    @property
-    def source(self) -> str:
-        """The user's line that made this kernel (``dace_compat.source``), '' when DaCe kept none."""
-        return source_of(self.state, self.node)
-
 
 def _analyse_map(state: SDFGState, entry: nodes.MapEntry, key: str, arrays, source: str = "") -> AnalysedMap:
     exit_ = state.exit_node(entry)

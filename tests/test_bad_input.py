@@ -99,7 +99,8 @@ CATALOGUE = [
     ("layout_unknown_array", lambda: distsdfg.layout(lowered(), "Z", **SIZES), E.PlacementError,
      ["`Z`", "not an argument"]),
     ("loop_dependent_map_split", lambda: distsdfg.lower(tri.to_sdfg(), {tri_key(tri.to_sdfg()): (2,)}),
-     E.LoopDependentMapError, ["0:i", "`i`", "loop variable", "grid of ones", "rank 0"]),
+     E.LoopDependentMapError, ["0:i", "`i`", "loop variable", "grid of ones", "rank 0",
+                               "test_bad_input.py:29 for j in dace.map[0:i]"]),     # the user's line
 ]
 
 

@@ -56,6 +56,7 @@ class Vertex:
     constant: bool = False                # writes one number everywhere (a reset map)
     repeats: int = 1                      # runs per program call (inside a loop: its trip count)
     unsplit: Tuple[str, ...] = ()         # labels a plain write does not index (splitting them is refused)
+    source: str = ""                      # the user's line that made the kernel (``dace_compat.source``)
 
     @property
     def agg(self) -> Tuple[str, ...]:
@@ -202,7 +203,7 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
         constant = k.kind == "map" and not ins and dc.constant_map_value(k.state, k.node) is not None
         unsplit = tuple(p for p in params if p in unreduced_params(driver))
         vertices.append(Vertex(len(vertices), driver.info.key, k.label, k.kind, params, bounds, ins, outs, partial,
-                               acc, even, constant, trips.get(k.state, 1), unsplit))
+                               acc, even, constant, trips.get(k.state, 1), unsplit, driver.info.source))
 
     edges: List[Edge] = []
     holder: Dict[str, Tuple[int, str, bool]] = {}    # root array -> (vertex, its name there, via input)

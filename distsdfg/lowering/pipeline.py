@@ -45,12 +45,13 @@ def _schedule_hash(sdfg_name: str, schedule: Schedule, target: str, placed=()) -
 def _refuse_split(k, grids) -> None:
     """A kernel whose blocks depend on a loop variable cannot be split: say which map and why."""
     from ..errors import LoopDependentMapError
+    from ..dace_compat.source import named
     for m in k.maps:
         grid = grids.get(m.info.key)
         if grid is not None and any(g > 1 for g in grid):
             syms = ", ".join(f"`{s}`" for s in k.runtime_symbols)
             raise LoopDependentMapError(
-                f"map `{m.info.key}` (range {m.info.ranges}) depends on {syms}, which the program sets while it "
+                f"{named(m.info.key, m.info.source)} (range {m.info.ranges}) depends on {syms}, which the program sets while it "
                 f"runs (a loop variable or an interstate assignment), so its blocks cannot be planned before the "
                 f"call; leave `{m.info.key}` out of the schedule (or give it a grid of ones) and it runs whole on "
                 f"rank 0; or, if the iterations of the loop over `{k.runtime_symbols[0]}` are independent, write that loop as "
@@ -154,7 +155,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     if any(key not in known for key in schedule.keys()):     # labels (gemm_map) and "*", as schedule_by_label
         schedule = Schedule(tuple(sorted(resolve_names(schedule.as_dict(), [m.info for k in kernels for m in k.maps],
                                                        main_map_infos(kernels)).items())), schedule.sdfg)
-    schedule.validate_for(known, sdfg_name=sdfg.name)
+    schedule.validate_for(known, sdfg_name=sdfg.name, sources={m.info.key: m.info.source for k in kernels for m in k.maps})
     grids = schedule.as_dict()
     plans: List[KernelPlan] = []
     for k in kernels:
@@ -197,7 +198,8 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     for kp in plans:
         kgrids.append(KernelGrid(kp.kernel.index, kp.kernel.label, tuple(m.info.key for m in kp.kernel.maps),
                                  kp.grid, axis_symbols(kp.rank_syms, kp.grid),
-                                 rw.members.get(kp.kernel.index, "")))
+                                 rw.members.get(kp.kernel.index, ""),
+                                 next((m.info.source for m in kp.kernel.maps if m.info.source), "")))
     original = sdfg.name
     tag = target if comm == "host" else f"{target}+{comm}"
     one_rank = nprocs == 1 and target == "cpu" and comm == "host" and enabled(optimize)

@@ -14,6 +14,7 @@ from .. import dace_compat as dc
 from ..analysis.constraints import ArrayConstraint, KernelPlan
 from ..errors import DistributedLoweringError
 from ..mpi import DistributedMemlet
+from ..mpi.distributed_memlet import step_node_name
 from .nested_strides import restride_into
 from .ordering import order_before
 from .replicate import REPLICA_AXIS
@@ -92,7 +93,7 @@ class Rewriter:
         return s
 
     def dm(self, state: SDFGState, spec: StepSpec, src: Optional[nodes.AccessNode], dst: nodes.AccessNode):
-        node = DistributedMemlet(f"dm_{spec.index}_{spec.kind}_{spec.array.strip('_')}", step=spec.index,
+        node = DistributedMemlet(step_node_name(spec.index, spec.kind, spec.array), step=spec.index,
                                  kind=spec.kind, array=spec.array, has_input=src is not None)
         state.add_node(node)
         plan = state.add_read(PLAN_ARRAY)

@@ -337,8 +337,8 @@ class Rewriter:
                 lr, local = self.read_input(kp, arr, c, state, ins[0].src if ins else None, local_of)
                 box = subsets.Range([(s, sympy.sympify(s) + sympy.sympify(n) - 1, 1)
                                      for s, n in zip(c.alloc_start, c.alloc_shape)])
-                if not ins:     # read only for a conditional write (constraints): fill before the map
-                    state.add_nedge(lr, me, dace.Memlet())
+                if not ins:
+                    state.add_nedge(lr, me, dace.Memlet())   # a conditional write's block, read first
                 for e in ins:
                     state.add_edge(lr, None, me, e.dst_conn, dace.Memlet(data=local, subset=box))
                     state.remove_edge(e)

@@ -333,10 +333,10 @@ class Rewriter:
                 return names["local"]
 
             ins = [e for e in state.in_edges(me) if not e.data.is_empty() and e.data.data == arr]
+            box = subsets.Range([(s, sympy.sympify(s) + sympy.sympify(n) - 1, 1)
+                                 for s, n in zip(c.alloc_start, c.alloc_shape)])
             if c.is_read:
                 lr, local = self.read_input(kp, arr, c, state, ins[0].src if ins else None, local_of)
-                box = subsets.Range([(s, sympy.sympify(s) + sympy.sympify(n) - 1, 1)
-                                     for s, n in zip(c.alloc_start, c.alloc_shape)])
                 if not ins:
                     state.add_nedge(lr, me, dace.Memlet())   # a conditional write's block, read first
                 for e in ins:
@@ -345,8 +345,6 @@ class Rewriter:
                     self.drop_if_isolated(state, e.src)
             else:
                 local = local_of()
-            box = subsets.Range([(s, sympy.sympify(s) + sympy.sympify(n) - 1, 1)
-                                 for s, n in zip(c.alloc_start, c.alloc_shape)])
             for e in inner:
                 if e.data.data == arr:
                     e.data.data = local

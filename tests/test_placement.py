@@ -1,4 +1,4 @@
-"""Distributed placement (issue 10): inputs, outputs and state that never pass through rank 0.
+"""Distributed placement: inputs, outputs and state that never pass through rank 0.
 
 Unit tier (no compile): which arguments are placed, the layouts every rank passes, what
 comm_report and the planner price at the boundary, the block helpers.

@@ -1,4 +1,4 @@
-"""Fuzz corpus, part two: explicit ``dace.map`` kernels as users write them by hand (issue 21).
+"""Fuzz corpus, part two: explicit ``dace.map`` kernels as users write them by hand.
 
 Read-modify-write and WCR accumulations (sum, max, min, prod; scalar and array targets),
 conditionals inside maps, nested maps, maps inside loops, triangular ranges, and index arrays:

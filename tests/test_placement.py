@@ -69,15 +69,21 @@ def column_products(float_n: dace.float64, data: dace.float64[NV, MV]):
     return cov
 
 
-def test_an_array_read_through_slices_in_a_loop_stays_at_root():
-    # ``data[:, i]`` in a loop is a view the lowering keeps whole on rank 0: "distributed" passes
-    # it whole at rank 0 (and the rest distributed); naming it explicitly is refused by name.
+def test_arrays_a_loop_on_rank_0_uses_stay_at_root():
+    # ``data[:, i]`` in a loop is a view the lowering keeps whole on rank 0, and the loop writes rows
+    # and columns of the result there: "distributed" passes both whole at rank 0, and no step runs in
+    # the loop (each iteration moved the whole result to rank 0 and back); naming one is refused.
     sizes = dict(NV=70, MV=50)
     sdfg = column_products.to_sdfg()
     distsdfg.lower(sdfg, "auto", nprocs=2, placement="distributed", plan_options=sizes)
     assert distsdfg.layout(sdfg, "data", **sizes).placement == "root"
-    assert distsdfg.layout(sdfg, "__return", **sizes).placement == "distributed"
-    with pytest.raises(PlacementError, match="`data` of `.*column_products` cannot be placed distributed.*slices"):
+    assert distsdfg.layout(sdfg, "__return", **sizes).placement == "root"
+    steps = distsdfg.comm_report(sdfg, nprocs=2, **sizes)
+    assert steps and all(str(s.repeats) == "1" for s in steps), steps
+    with pytest.raises(PlacementError, match="`__return` of `.*column_products` cannot be placed distributed: a loop"):
+        distsdfg.lower(column_products.to_sdfg(), "auto", nprocs=2, placement={"__return": "distributed"},
+                       plan_options=sizes)
+    with pytest.raises(PlacementError, match="`data` of `.*column_products` cannot be placed distributed: the program reads it through slices"):
         distsdfg.lower(column_products.to_sdfg(), "auto", nprocs=2, placement={"data": "distributed"},
                        plan_options=sizes)
 

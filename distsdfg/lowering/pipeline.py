@@ -122,7 +122,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     it (``distsdfg.lowering.whole``), where the target, placement and arguments allow."""
     if whole is None:
         whole = nprocs == 1 and runs_whole(nprocs, schedule)
-    from .placement import placed_arrays, without_viewed
+    from .placement import kept_at_root, placed_arrays, rank0_reasons
     if (comm, target) not in (("host", "cpu"), ("host", "gpu"), ("device", "gpu"), ("emulated", "cpu"),
                               ("emulated-staged", "cpu")):
         raise DistributedLoweringError(f"comm={comm!r} does not go with target={target!r}: device buffers need "
@@ -187,7 +187,8 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     sdfg.add_scalar(COMM_ARG, dace.int32)
     views = dc.reshape_views(sdfg)
     viewed = dc.viewed_arrays(sdfg, exclude=views)
-    placed = without_viewed(placed, viewed, placement, original_name)
+    placed = kept_at_root(placed, rank0_reasons(sdfg, viewed, {kp.kernel.node for kp in plans}), placement,
+                          original_name)
     if linear and not placed:
         rw = PartialRewriter(sdfg, linear=True, viewed=viewed, views=views)
     else:       # homes at state boundaries; placed arguments are homes the user passes

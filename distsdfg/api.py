@@ -12,7 +12,7 @@ from .checks import require_sdfg
 from .runtime.deferred import Deferred, DeferredProgram, defer
 from .errors import InputError, OptionError, ScheduleError, SizeError, SymbolicSizeError
 from .analysis.kernels import MapInfo, find_kernels, main_map_infos, maps
-from .lowering.pipeline import lower_sdfg
+from .lowering.pipeline import lower_sdfg, refuse_stepped_slices
 from .lowering.placement import boundary_pricing, placed_arrays
 from .runtime.progress import phase
 from .planner.auto import auto_schedule, schedule_cost
@@ -92,6 +92,7 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
         if getattr(sdfg, "_distsdfg", None) is not None:
             raise LoweredStateError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
                                     f"(prog.to_sdfg()) for another schedule")
+        refuse_stepped_slices(sdfg)       # before a deferred plan: refused at lower(), not at the first call
         options = {"inputs": boundary_pricing(placement), "placement": placement, **(plan_options or {})}
         written = dc.fused_in_place(sdfg) if prefuse_applies(nprocs, target, optimize) else None
 

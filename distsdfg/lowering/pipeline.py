@@ -19,8 +19,9 @@ from dace.sdfg import SDFG
 from .. import dace_compat as dc
 from ..checks import require_sdfg
 from ..dace_compat.scalars import box_complex_scalars
+from ..dace_compat.views import stepped_views
 from ..analysis.constraints import KernelPlan, kernel_constraints, padded_axes
-from ..errors import DistributedLoweringError, LoweredStateError
+from ..errors import DistributedLoweringError, LoweredStateError, UnsupportedProgramError
 from ..analysis.kernels import find_kernels, main_map_infos
 from .loops import MachineRewriter
 from .whole import WholeProgramError, lower_whole, runs_whole, whole_applies
@@ -105,6 +106,15 @@ def validate_lowered(sdfg: SDFG, original: str, schedule: Schedule) -> None:
                                 f"schedule yet; try another schedule, or run it on one rank") from None
 
 
+def refuse_stepped_slices(sdfg: SDFG) -> None:
+    """Raise ``UnsupportedProgramError`` for a stepped slice DaCe 1.0.2 parses wrongly (``views.stepped_views``)."""
+    for array, where, sub in stepped_views(sdfg)[:1]:
+        raise UnsupportedProgramError(
+            f"`{sdfg.name}` uses a stepped slice of `{array}` (`{array}[::k]`; {where} reads `{array}[{sub}]`), "
+            f"which DaCe 1.0.2 reads without its step (wrong results with DaCe alone too); index it in a map "
+            f"instead (`for i in dace.map[0:n]: y[i] = {array}[k * i]`)")
+
+
 def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host",
                optimize: Optional[bool] = None, nprocs: Optional[int] = None, validate: bool = True,
                device_args: Tuple[str, ...] = (), whole: Optional[bool] = None) -> SDFG:
@@ -132,6 +142,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     if getattr(sdfg, "_distsdfg", None) is not None:
         raise LoweredStateError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
                                        f"(prog.to_sdfg()) for another schedule")
+    refuse_stepped_slices(sdfg)
     source = dc.to_json(sdfg)
     original_name = sdfg.name
     boxed = box_complex_scalars(sdfg)      # DaCe 1.0.2 passes complex scalars as garbage: one-element arrays

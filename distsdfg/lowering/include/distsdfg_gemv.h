@@ -15,16 +15,25 @@
 
 namespace distsdfg_blas {
 
+/* Rows first .. first+3 of a row-major matrix with leading dimension lda. */
+template <typename T>
+struct Rows4 {
+    const T* r[4];
+};
+template <typename T>
+static inline Rows4<T> rows4(const T* A, int first, int lda) {
+    const T* a0 = A + (std::size_t)first * lda;
+    return {{a0, a0 + lda, a0 + 2 * (std::size_t)lda, a0 + 3 * (std::size_t)lda}};
+}
+
 /* y[i] = alpha * sum_k A[i*lda + k] * x[k] + beta * y[i], for i < n, k < len (rows of A, dot products). */
 template <typename T>
 static inline void gemv_rows(int n, int len, T alpha, const T* __restrict A, int lda, const T* __restrict x, T beta,
                              T* __restrict y) {
     int i = 0;
     for (; i + 4 <= n; i += 4) {
-        const T* a0 = A + (std::size_t)i * lda;
-        const T* a1 = a0 + lda;
-        const T* a2 = a1 + lda;
-        const T* a3 = a2 + lda;
+        const Rows4<T> a = rows4(A, i, lda);
+        const T *a0 = a.r[0], *a1 = a.r[1], *a2 = a.r[2], *a3 = a.r[3];
         T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
 #pragma omp simd reduction(+ : s0, s1, s2, s3)
         for (int k = 0; k < len; ++k) {
@@ -57,10 +66,8 @@ static inline void gemv_cols(int n, int len, T alpha, const T* __restrict A, int
     }
     int k = 0;
     for (; k + 4 <= len; k += 4) {
-        const T* a0 = A + (std::size_t)k * lda;
-        const T* a1 = a0 + lda;
-        const T* a2 = a1 + lda;
-        const T* a3 = a2 + lda;
+        const Rows4<T> a = rows4(A, k, lda);
+        const T *a0 = a.r[0], *a1 = a.r[1], *a2 = a.r[2], *a3 = a.r[3];
         const T x0 = alpha * x[k], x1 = alpha * x[k + 1], x2 = alpha * x[k + 2], x3 = alpha * x[k + 3];
 #pragma omp simd
         for (int j = 0; j < n; ++j) y[j] += a0[j] * x0 + a1[j] * x1 + a2[j] * x2 + a3[j] * x3;

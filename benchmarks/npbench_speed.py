@@ -219,7 +219,9 @@ def run_kernel(spec: dict, reps: int, comm, placements=("root", "distributed")) 
     bench = speed_bench(spec)
     rec = {"kernel": spec["name"], "kind": spec["kind"], "sizes": spec.get("sizes"), "reps": reps,
            "ms": {}, "err": {}, "failed": {}, "compile_s": {}}
-    args = bench.arguments()
+    # Rank 0's arguments on every rank: NPBench's initialisations draw unseeded random numbers, and
+    # the blocks that distributed placement passes must be blocks of the arrays rank 0 checks with.
+    args = comm.bcast(bench.arguments() if rank == 0 else None, root=0)
     ref = None
     if rank == 0:
         ref = bench.reference(args)

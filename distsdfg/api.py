@@ -12,10 +12,11 @@ from .checks import require_sdfg
 from .runtime.deferred import Deferred, DeferredProgram, defer
 from .errors import InputError, OptionError, ScheduleError, SizeError, SymbolicSizeError
 from .analysis.kernels import MapInfo, find_kernels, main_map_infos, maps
-from .lowering.pipeline import lower_sdfg
+from .lowering.pipeline import lower_sdfg, refuse_stepped_slices
 from .lowering.placement import boundary_pricing, placed_arrays
 from .runtime.progress import phase
-from .planner.auto import auto_schedule, explain, schedule_cost
+from .planner.auto import auto_schedule, schedule_cost
+from .planner.explain import explain
 from .lowering.whole import prefuse_applies, runs_whole
 from .dace_compat.fusion import copy_into
 from .errors import DistributedLoweringError, LoweredStateError
@@ -93,6 +94,7 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
         if getattr(sdfg, "_distsdfg", None) is not None:
             raise LoweredStateError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
                                     f"(prog.to_sdfg()) for another schedule")
+        refuse_stepped_slices(sdfg)       # before a deferred plan: refused at lower(), not at the first call
         options = {"inputs": boundary_pricing(placement), "placement": placement, **(plan_options or {})}
         written = dc.fused_in_place(sdfg) if prefuse_applies(nprocs, target, optimize) else None
 
@@ -132,7 +134,7 @@ def _schedule_file(path) -> Schedule:
 
 @with_numpy_semantics
 def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=None,  # noqa: A001
-            threads_per_rank: Optional[int] = None) -> DistributedProgram:
+            threads_per_rank: Optional[int] = None, trace: Optional[str] = None) -> DistributedProgram:
     """Collective: build ``sdfg`` once on rank 0 and load it on every rank of ``comm``.
 
     ``threads_per_rank`` (default 1, or ``$DISTSDFG_THREADS_PER_RANK``): OpenMP threads for each
@@ -146,6 +148,10 @@ def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=
     Rank 0 reports the compile and the first call when they take more than a couple of seconds;
     ``verbose=False`` (or ``DISTSDFG_PROGRESS=0``) is silent, ``verbose=True`` (or
     ``DISTSDFG_VERBOSE=1``) tells every step of the build.
+
+    ``trace="run.json"`` (or ``$DISTSDFG_TRACE``): every call appends a timeline of each rank's
+    kernels and MPI steps, with the bytes of each step, to that Chrome trace file (open it in
+    https://ui.perfetto.dev or chrome://tracing); the program is built with the timers.
     """
     require_sdfg(sdfg, "distsdfg.compile")
     if comm is not None and not all(hasattr(comm, a) for a in ("rank", "size", "bcast")):
@@ -157,11 +163,11 @@ def compile(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None, placement=
             sdfg = dc.from_json(low.source)      # the original, marked for another placement
             sdfg._distsdfg = dataclasses.replace(low, placement=placement, boundary={
                 a: "" for a in sorted(placed_arrays(sdfg, placement))}, _copies={})
-        return DeferredProgram(sdfg, comm_of(comm), verbose, threads_per_rank)
+        return DeferredProgram(sdfg, comm_of(comm), verbose, threads_per_rank, trace)
     if placement is not None:
         low = lowered_of(sdfg)
         original = dc.from_json(low.source)
         if placed_arrays(original, placement) != set(low.boundary):
             sdfg = lower_sdfg(original, low.schedule, target=low.target, placement=placement, comm=low.comm,
                               nprocs=1 if low.rank0_only else None)
-    return compile_distributed(sdfg, comm=comm, verbose=verbose, threads_per_rank=threads_per_rank)
+    return compile_distributed(sdfg, comm=comm, verbose=verbose, threads_per_rank=threads_per_rank, trace=trace)

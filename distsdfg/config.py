@@ -7,7 +7,10 @@ a test or a launcher may set the variable before any call.
 | variable | default | what |
 |---|---|---|
 | ``DISTSDFG_WHOLE`` | ``1`` | a program lowered for one rank, and ``lower(sdfg, "auto", nprocs=P)`` when the planner's time model prices the best split schedule at more than ``1 / SPLIT_GAIN`` of the whole program on one rank, runs whole on rank 0 as DaCe alone builds it (``distsdfg.lowering.whole``; ``0``: the general lowering, and the planner always splits) |
+| ``DISTSDFG_GEMV`` | ``1`` | matrix-vector products in programs built with OpenBLAS run distsdfg's streaming loops (``distsdfg/lowering/include/distsdfg_gemv.h``: one thread, unit strides; the other calls and ``0``: OpenBLAS's ``cblas_?gemv``) |
 | ``DISTSDFG_PREFUSE`` | ``1`` | ``lower(sdfg, "auto", nprocs=P)`` fuses the program's maps as DaCe's ``auto_optimize`` does before planning (``0``: plan the maps as written) |
+| ``DISTSDFG_STEP_TIMES`` | ``0`` | every call prints on stderr its time and the time in the compiled program, every communication step its own (the runtime header reads it too), after a legend on rank 0 of what each step moves, for which kernel and source line |
+| ``DISTSDFG_TRACE`` | (unset) | ``FILE.json``: programs compiled while it is set record every rank's kernels and communication steps, with their bytes, and every call appends them to this Chrome trace (``distsdfg.runtime.trace``; ``compile(sdfg, trace=FILE)`` for one program) |
 | ``DISTSDFG_NUMPY_SLICES`` | ``1`` | inside ``numpy_semantics()``: a slice of extent one keeps its dimension, as in NumPy (``distsdfg.dace_compat.slices``) |
 | ``DISTSDFG_NUMPY_FUNCTIONS`` | ``1`` | inside ``numpy_semantics()``: ``np.clip``, ``np.var``, ``np.cumsum``, ``argmax``, ... parse as DaCe operations instead of callbacks (``dace_compat.npfuncs``, ``dace_compat.nparrays``) |
 | ``DISTSDFG_PYTHON_DIVISION`` | ``1`` | inside ``numpy_semantics()``: ``//`` and ``%`` with Python's signs, ``np.sum`` of booleans counts (``dace_compat.pyops``) |
@@ -16,7 +19,6 @@ a test or a launcher may set the variable before any call.
 | ``DISTSDFG_REBUILD`` | ``0`` | ``1``: build every program again instead of reusing an unchanged build |
 | ``DISTSDFG_CMAKE`` | ``0`` | ``1``: build through DaCe's CMake instead of the direct compiler calls (``docs/building.md``) |
 | ``DISTSDFG_PCH`` | ``1`` | precompiled headers for the direct GCC build |
-| ``DISTSDFG_STEP_TIMES`` | ``0`` | ``1``: time every communication step of a call (read when distsdfg is imported) |
 | ``DISTSDFG_BUILD_TYPE`` | DaCe's, ``Release`` for its default | CMake build type of the programs distsdfg builds |
 | ``DISTSDFG_CALL_TIMEOUT`` | ``30`` | seconds a rank waits at a call's start for the others (0 or negative: no limit) |
 | ``DISTSDFG_PACK_SYMBOLS_ABOVE`` | ``256`` | a program with more per-rank symbols passes them packed in one array |
@@ -28,9 +30,10 @@ from __future__ import annotations
 import dataclasses
 import os
 
-__all__ = ["Flag", "WHOLE_WHEN_CHEAPER", "PREFUSE", "NUMPY_SLICES", "NUMPY_FUNCTIONS", "PYTHON_DIVISION",
-           "TASKLET_INDEX", "FINITE_MATH", "OPTIMIZE", "REBUILD", "CMAKE_BUILD", "PCH", "STEP_TIMES", "Setting",
-           "BUILD_TYPE", "CALL_TIMEOUT", "PACK_SYMBOLS_ABOVE", "CUDA_ARCH", "SPLIT_GAIN", "FLAGS", "SETTINGS"]
+__all__ = ["Flag", "Text", "Setting", "WHOLE_WHEN_CHEAPER", "PREFUSE", "OWN_GEMV", "STEP_TIMES", "TRACE_FILE",
+           "NUMPY_SLICES", "NUMPY_FUNCTIONS", "PYTHON_DIVISION", "TASKLET_INDEX", "FINITE_MATH", "OPTIMIZE",
+           "REBUILD", "CMAKE_BUILD", "PCH", "BUILD_TYPE", "CALL_TIMEOUT", "PACK_SYMBOLS_ABOVE", "CUDA_ARCH",
+           "SPLIT_GAIN", "FLAGS", "SETTINGS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,9 +50,22 @@ class Flag:
         return v not in ("0", "false", "no", "off")
 
 
+@dataclasses.dataclass(frozen=True)
+class Text:
+    """A text setting (a file name): ``env`` unset or blank gives ''."""
+    env: str
+    doc: str
+
+    def get(self) -> str:
+        return os.environ.get(self.env, "").strip()
+
+
 WHOLE_WHEN_CHEAPER = Flag("DISTSDFG_WHOLE", True,
                           "run the whole program on rank 0 when the time model says splitting does not pay")
 PREFUSE = Flag("DISTSDFG_PREFUSE", True, "fuse maps as DaCe's auto_optimize does before planning an auto schedule")
+OWN_GEMV = Flag("DISTSDFG_GEMV", True, "matrix-vector products of OpenBLAS builds run distsdfg's streaming loops")
+STEP_TIMES = Flag("DISTSDFG_STEP_TIMES", False, "print every call's and every communication step's time on stderr")
+TRACE_FILE = Text("DISTSDFG_TRACE", "the Chrome trace file that compiled programs append every call's kernels and steps to")
 
 #: A split schedule must be priced at least this many times faster than the whole program on one
 #: rank to be chosen: the time model does not see every per-call and per-step cost of a split program.
@@ -65,10 +81,9 @@ OPTIMIZE = Flag("DISTSDFG_OPTIMIZE", True, "rank-local optimisation after tiling
 REBUILD = Flag("DISTSDFG_REBUILD", False, "build every program again")
 CMAKE_BUILD = Flag("DISTSDFG_CMAKE", False, "build through DaCe's CMake")
 PCH = Flag("DISTSDFG_PCH", True, "precompiled headers for the direct GCC build")
-STEP_TIMES = Flag("DISTSDFG_STEP_TIMES", False, "time every communication step of a call")
 
-FLAGS = (WHOLE_WHEN_CHEAPER, PREFUSE, NUMPY_SLICES, NUMPY_FUNCTIONS, PYTHON_DIVISION, TASKLET_INDEX, FINITE_MATH,
-         OPTIMIZE, REBUILD, CMAKE_BUILD, PCH, STEP_TIMES)
+FLAGS = (WHOLE_WHEN_CHEAPER, PREFUSE, OWN_GEMV, STEP_TIMES, TRACE_FILE, NUMPY_SLICES, NUMPY_FUNCTIONS,
+         PYTHON_DIVISION, TASKLET_INDEX, FINITE_MATH, OPTIMIZE, REBUILD, CMAKE_BUILD, PCH)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The thesis' multi-head self-attention (seed 004, 8.1.4) and its fused-QKV form, head-parallel on
-4 ranks (issue 23): attention without communication, the output projection's partial sums over
+4 ranks: attention without communication, the output projection's partial sums over
 E = H * E_H combined once, nothing of the head-split tensors through rank 0.
 
 Unit tier (lowered, ``comm_report`` is symbolic) plus one 4-rank mpiexec job for both programs."""

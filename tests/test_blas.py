@@ -130,6 +130,69 @@ def test_openblas_shim_maps_plain_names_to_the_prefixed_ones(tmp_path):
     assert all(hasattr(lib, defined[n]) for n in used)      # (a few bf16 ones are declared but not built)
 
 
+GEMV_CASES = r"""
+#include <cblas.h>
+extern "C" void call_gemv(int dbl, int order, int trans, int m, int n, double alpha, const void* A, int lda,
+                          const void* x, int incx, double beta, void* y, int incy) {
+    if (dbl)
+        cblas_dgemv((CBLAS_ORDER)order, (CBLAS_TRANSPOSE)trans, m, n, alpha, (const double*)A, lda,
+                    (const double*)x, incx, beta, (double*)y, incy);
+    else
+        cblas_sgemv((CBLAS_ORDER)order, (CBLAS_TRANSPOSE)trans, m, n, (float)alpha, (const float*)A, lda,
+                    (const float*)x, incx, (float)beta, (float*)y, incy);
+}
+"""
+
+
+@needs_openblas
+def test_own_gemv_matches_numpy_in_every_order_transpose_and_stride(tmp_path):
+    """The cblas.h shim's matrix-vector products (distsdfg_gemv.h): row- and column-major, plain and
+    transposed, alpha and beta (beta 0 never reads y), a leading dimension past the matrix, sizes
+    that are not multiples of the unrolling, float and double; strided vectors go to OpenBLAS."""
+    import ctypes
+    include, library = blas.blas_openblas.find()[0]
+    folder = blas.blas_openblas.shim_folder(include, tmp_path / "cache", own_gemv=True)
+    assert "#define cblas_dgemv distsdfg_blas::dgemv" in (folder / "cblas.h").read_text()
+    (tmp_path / "t.cpp").write_text(GEMV_CASES)
+    so = tmp_path / "libt.so"
+    subprocess.run(["g++", "-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC", f"-I{folder}",
+                    str(tmp_path / "t.cpp"), str(library), f"-Wl,-rpath,{library.parent}", "-o", str(so)], check=True)
+    lib = ctypes.CDLL(str(so))
+    lib.call_gemv.argtypes = [ctypes.c_int] * 5 + [ctypes.c_double, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                                   ctypes.c_int, ctypes.c_double, ctypes.c_void_p, ctypes.c_int]
+    rng = np.random.default_rng(1)
+    row, col, plain, trans = 101, 102, 111, 112
+    checked = 0
+    for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5)):
+        for m, n in ((13, 7), (1, 9), (64, 5), (5, 1), (203, 118)):
+            for order in (row, col):
+                for tr in (plain, trans):
+                    for alpha, beta in ((1.0, 0.0), (2.5, 1.0), (-1.0, 0.5)):
+                        for incx, incy in ((1, 1), (2, 3)):
+                            ld = (n if order == row else m) + 3
+                            store = rng.random((m, ld) if order == row else (n, ld)).astype(dtype)
+                            a = store[:, :n] if order == row else store[:, :m].T          # op-free A, m x n
+                            op = a if tr == plain else a.T
+                            x = rng.random(op.shape[1] * incx).astype(dtype)
+                            y0 = rng.random(op.shape[0] * incy).astype(dtype)
+                            if beta == 0.0:
+                                y0[::incy] = np.nan                                      # must not be read
+                            y = y0.copy()
+                            lib.call_gemv(int(dtype == np.float64), order, tr, m, n, alpha, store.ctypes.data, ld,
+                                          x.ctypes.data, incx, beta, y.ctypes.data, incy)
+                            want = alpha * (op.astype(np.float64) @ x[::incx].astype(np.float64))
+                            if beta:
+                                want = want + beta * y0[::incy]
+                            err = np.abs(y[::incy] - want).max() / max(1.0, np.abs(want).max())
+                            assert err < tol, (dtype, m, n, order, tr, alpha, beta, incx, incy, err)
+                            if incy > 1:
+                                keep = np.ones(len(y), bool)
+                                keep[::incy] = False
+                                assert np.array_equal(y[keep], y0[keep])                # between strides: untouched
+                            checked += 1
+    assert checked == 2 * 5 * 2 * 2 * 3 * 2
+
+
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 def test_lowered_products_call_cblas(backend):
     """A lowered MatMul (and the MLP's two) generate calls to cblas_dgemm of the backend's header, not loop nests."""

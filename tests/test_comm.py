@@ -1,4 +1,4 @@
-"""Programs compiled for sub-communicators (``distsdfg.compile(sdfg, comm=...)``, issue 21).
+"""Programs compiled for sub-communicators (``distsdfg.compile(sdfg, comm=...)``).
 
 One mpiexec of 4 ranks (``distsdfg/testing/comm_run.py``): two splits of the world run different
 programs on their halves at the same time, each checked against NumPy on its own root; the

@@ -1,4 +1,4 @@
-"""Symbolic sizes planned at the first call (issue 23) and non-root ranks that pass no data (issue 22).
+"""Symbolic sizes planned at the first call and non-root ranks that pass no data.
 
 Unit tier (no compile): what ``lower(sdfg, "auto")`` without sizes leaves, the refusals that say
 how to plan, reports planned for given sizes, which arguments other ranks may leave out.

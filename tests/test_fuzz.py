@@ -1,4 +1,4 @@
-"""A fixed fuzz sample (issue 5): every drawn (program, schedule, P) is right or refused up front."""
+"""A fixed fuzz sample: every drawn (program, schedule, P) is right or refused up front."""
 from distsdfg.testing.fuzz import draw_cases, run_cases, summarise
 from distsdfg.testing.fuzz_corpus import BASE, CORPUS
 from distsdfg.runtime.builds import _cached

@@ -1,4 +1,4 @@
-"""target="gpu" (issue 8).
+"""target="gpu".
 
 Without a GPU: the generated CUDA of distributed programs is really built with nvcc (skipped
 where nvcc is absent), kernels run on the device, MPI on host buffers, and a GPU program refuses

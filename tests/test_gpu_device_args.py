@@ -1,4 +1,4 @@
-"""target="gpu" called with CuPy arrays: the variant that takes them in device memory (issue 27).
+"""target="gpu" called with CuPy arrays: the variant that takes them in device memory.
 
 Without a GPU: (i) unit tier, no compiler: which arrays a call puts on the device
 (``variant_arguments``) and what the variant's SDFG does with them (one rank: the MatMul reads the

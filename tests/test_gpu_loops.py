@@ -1,5 +1,5 @@
 """target="gpu" for programs with loops (home buffers kept across iterations) and with
-distributed placement (issue 27).
+distributed placement.
 
 Without a GPU: the lowered SDFG keeps home buffers in GPU memory and stages every step (unit
 tier); the generated code of one loop program and one placement program builds with nvcc; and the

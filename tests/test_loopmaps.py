@@ -1,4 +1,4 @@
-"""Independent for-loops become maps (issue 23): triangular loops and loops of library calls split
+"""Independent for-loops become maps: triangular loops and loops of library calls split
 over ranks. Unit tier only (no compile); their runs against NumPy are cases of tests/test_loops.py."""
 import warnings
 

@@ -1,4 +1,4 @@
-"""Programs with loops (issue 4): arrays stay distributed across iterations, halos move point to point.
+"""Programs with loops: arrays stay distributed across iterations, halos move point to point.
 
 Unit tier (no compile): trip counts, which arrays get homes, the halo bytes comm_report predicts.
 mpiexec tier: time-stepping stencils and conjugate gradients on 4 ranks against NumPy on rank 0.
@@ -20,7 +20,7 @@ CONV = "jacobi_conv:*=4"
 CASES = ["jacobi1d:*=4", "jacobi2d:*=2,2", "jacobi2d:*=4,1", "heat3d:*=4,1,1", "heat3d:*=2,2,1", "fdtd2d:*=2,2", CG, CONV,
          "cg:auto", "flagged:*=4", "trimul:auto", "tri_syrk:auto", "loop_matmul:auto",
          "tri_carried:auto",
-         "conv_bias:auto", "conv_pool:auto", "corr_rows:auto"]     # NPBench's conv2d, lenet, correlation (issue 23)
+         "conv_bias:auto", "conv_pool:auto", "corr_rows:auto"]     # NPBench's conv2d, lenet, correlation
 
 
 def _lowered(name, grids):

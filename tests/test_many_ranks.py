@@ -1,4 +1,4 @@
-"""Many real ranks (issue 26): one mpiexec job of 32 ranks on this 2-core machine (oversubscribed,
+"""Many real ranks: one mpiexec job of 32 ranks on this 2-core machine (oversubscribed,
 tiny sizes) runs a matrix product, a Jacobi stencil in a time loop and a two-layer MLP, each with
 the schedule the planner chooses for 32 ranks. Each must match NumPy (1e-10, float64), move exactly
 the bytes ``comm_report`` predicts on every rank (PMPI counter), and really use the 32 ranks."""

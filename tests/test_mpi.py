@@ -27,7 +27,7 @@ CASES = {
         "matmul:gemm_map=1,2,1"],      # B's column blocks packed on rank 0, its own copied while rank 1's travels
 }
 
-# Multi-kernel programs whose intermediates stay distributed (issue 3).
+# Multi-kernel programs whose intermediates stay distributed.
 MULTI = {
     "chain": "chain:gemm_map=4,1,1",
     "atax": "atax:_MatMult_._GEMV__map=4,1;_MatMult__2._GEMV__map=1,4",
@@ -46,16 +46,16 @@ MULTI = {
 }
 CASES[4] += list(MULTI.values())
 
-# Two contractions added (issue 24): the difference of the partial products is reduced once.
+# Two contractions added: the difference of the partial products is reduced once.
 SUM_OF_PRODUCTS = ("sum_of_products:_MatMult_.gemm_map=1,1,2;_MatMult__2.gemm_map=1,1,2;_Mult__map=2,1;"
                    "_Sub__map=2,1;_Add__map=2,1")
 CASES[2].append(SUM_OF_PRODUCTS)
 
-# The planner's schedules for every "Core lowering" program (issue 11).
+# The planner's schedules for every "Core lowering" program.
 CORE = ["add3d", "add_scalar", "reduce_sum", "reduce_max", "matmul", "softmax", "projection", "spmv", "add_odd"]
 CASES[4] += [f"{p}:auto" for p in CORE]
 
-# SpMV's A_col/A_val blocks from A_row's values at call time (issue 23): rows of very different
+# SpMV's A_col/A_val blocks from A_row's values at call time: rows of very different
 # lengths, a rank without nonzeros, a grid smaller than the communicator.
 SPMV = {4: ["spmv:spmv=4", "spmv_skewed:spmv=4", "spmv_skewed:spmv=3"], 2: ["spmv:spmv=2", "spmv_skewed:spmv=2"]}
 CASES[4] += ["spmv_skewed:spmv=4", "spmv_skewed:spmv=3"]
@@ -86,7 +86,7 @@ CASES[4] += ["weighted_product:*=1,3,1", "weighted_product@distributed:*=2,1,1"]
 # x = pos[:, 0:1]; x.T - x: DaCe 1.0.2's parser squeezed the slice of extent one like an index, so
 # the pairwise differences were (N,) - (N,), zeros (dace_compat.slices keeps NumPy's shape).
 CASES[2] += ["pair_differences:*=2,1"]
-# hS's sweep (round 3): a nested call given a column of width one read it with contiguous strides;
+# Fresh NumPy programs that once failed: a nested call given a column of width one read it with contiguous strides;
 # // and % of negative int64 were C's, sums of booleans booleans, means of int64 int64 (all
 # silent, with DaCe alone too); MPI refused MPI_MAX on bool partial results; a (1, 3) block of
 # A.T made DaCe's Transpose node invalid.
@@ -168,7 +168,7 @@ def test_softmax_data_parallel_has_no_reductions(results):
     assert not any(s["collective"] in ("Reduce", "Allreduce") for s in r["report"])
 
 
-# -- issue 3: data stays distributed between kernels ----------------------------------------------
+# -- data stays distributed between kernels ----------------------------------------------
 def _calls(r, arrays=None):
     return [(s["collective"], s["array"]) for s in r["report"] if arrays is None or s["array"] in arrays]
 
@@ -251,7 +251,7 @@ def test_megatron_mlp_with_row_blocks_out_reduce_scatters(results):
     assert [c for c, a in _calls(r) if a not in inputs] == ["Reduce_scatter", "Gatherv"]
 
 
-# -- issue 11: planned schedules run correctly and use every rank -----------------------------------
+# -- planned schedules run correctly and use every rank -----------------------------------
 @pytest.mark.parametrize("prog", CORE)
 def test_auto_schedule_uses_all_ranks(results, prog):
     r = results[4][f"{prog}:auto"]

@@ -1,4 +1,4 @@
-"""hU: the public API tried as a new user would (no compile): the schedule forms the documentation
+"""The public API tried as a new user would (no compile): the schedule forms the documentation
 shows, an invalid SDFG from DaCe's own frontend named as such, an array passed for a scalar."""
 import json
 

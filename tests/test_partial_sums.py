@@ -1,4 +1,4 @@
-"""A linear kernel of partial sums runs on them: one reduction for the sum (issue 24).
+"""A linear kernel of partial sums runs on them: one reduction for the sum.
 
 ``analysis.linearity`` (which kernels are linear in which inputs) and ``lowering.replicate``
 (when the lowering runs such a kernel, split or not, on the ranks' own partial sums), checked

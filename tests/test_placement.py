@@ -1,4 +1,4 @@
-"""Distributed placement (issue 10): inputs, outputs and state that never pass through rank 0.
+"""Distributed placement: inputs, outputs and state that never pass through rank 0.
 
 Unit tier (no compile): which arguments are placed, the layouts every rank passes, what
 comm_report and the planner price at the boundary, the block helpers.
@@ -53,6 +53,39 @@ def test_placement_selects_argument_arrays_and_refuses_what_cannot_be_split():
         placed_arrays(mlp, {"W3": "distributed"})
     with pytest.raises(PlacementError, match="'sharded'"):
         placed_arrays(mlp, "sharded")
+
+
+NV, MV = dace.symbol("NV"), dace.symbol("MV")
+
+
+@dace.program
+def column_products(float_n: dace.float64, data: dace.float64[NV, MV]):
+    mean = np.mean(data, axis=0)
+    np.subtract(data, mean, out=data)
+    cov = np.zeros((MV, MV), dtype=np.float64)
+    for i in range(MV):
+        cov[i, i:MV] = data[:, i] @ data[:, i:MV] / (float_n - 1.0)
+        cov[i:MV, i] = cov[i, i:MV]
+    return cov
+
+
+def test_arrays_a_loop_on_rank_0_uses_stay_at_root():
+    # ``data[:, i]`` in a loop is a view the lowering keeps whole on rank 0, and the loop writes rows
+    # and columns of the result there: "distributed" passes both whole at rank 0, and no step runs in
+    # the loop (each iteration moved the whole result to rank 0 and back); naming one is refused.
+    sizes = dict(NV=70, MV=50)
+    sdfg = column_products.to_sdfg()
+    distsdfg.lower(sdfg, "auto", nprocs=2, placement="distributed", plan_options=sizes)
+    assert distsdfg.layout(sdfg, "data", **sizes).placement == "root"
+    assert distsdfg.layout(sdfg, "__return", **sizes).placement == "root"
+    steps = distsdfg.comm_report(sdfg, nprocs=2, **sizes)
+    assert steps and all(str(s.repeats) == "1" for s in steps), steps
+    with pytest.raises(PlacementError, match="`__return` of `.*column_products` cannot be placed distributed: a loop"):
+        distsdfg.lower(column_products.to_sdfg(), "auto", nprocs=2, placement={"__return": "distributed"},
+                       plan_options=sizes)
+    with pytest.raises(PlacementError, match="`data` of `.*column_products` cannot be placed distributed: the program reads it through slices"):
+        distsdfg.lower(column_products.to_sdfg(), "auto", nprocs=2, placement={"data": "distributed"},
+                       plan_options=sizes)
 
 
 def test_matmul_2_2_1_keeps_every_block_in_place():

@@ -1,4 +1,4 @@
-"""distsdfg.planner.predict: a lowered plan priced on a machine model (issue 26). Unit tier, no compile."""
+"""distsdfg.planner.predict: a lowered plan priced on a machine model. Unit tier, no compile."""
 import dataclasses
 import json
 import warnings

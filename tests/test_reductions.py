@@ -1,4 +1,4 @@
-"""Accumulations in maps (issue 21): reduced across ranks, provably replicated, or refused by name.
+"""Accumulations in maps: reduced across ranks, provably replicated, or refused by name.
 
 Unit tier (no compile): read-modify-write updates become WCR memlets (directly in the map and in
 a branch's nested SDFG), a split accumulated axis gives an identity fill on all ranks but the

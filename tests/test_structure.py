@@ -1,4 +1,4 @@
-"""The package's shape (issue 25): stages that import only earlier stages, no import cycle among
+"""The package's shape: stages that import only earlier stages, no import cycle among
 distsdfg's modules, no module over 500 lines.
 
 Both are read off the source (the AST of every module, imports written inside functions

@@ -1,4 +1,4 @@
-"""The planner's time model (issue 22): compute of each rank's block plus alpha-beta communication.
+"""The planner's time model: compute of each rank's block plus alpha-beta communication.
 No compile, no MPI (the conftest points the calibration file at a path that does not exist)."""
 import dataclasses
 import json

@@ -1,4 +1,4 @@
-"""Lowering composes with DaCe's own transformations (issue 23): a program after ``auto_optimize``,
+"""Lowering composes with DaCe's own transformations: a program after ``auto_optimize``,
 ``MapFusion`` or ``MapTiling`` plans, lowers and runs correctly.
 
 Unit tier: the exact bounds of tiled maps reach the planner (DaCe writes them as ``SymExpr``, which

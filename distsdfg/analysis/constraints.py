@@ -11,6 +11,7 @@ from dace import subsets, symbolic
 from .. import dace_compat as dc
 from ..values.exprs import same_value as _same, simplified as _simplified
 from ..errors import AccumulationError, IndirectWriteError, ScheduleError, UnsupportedProgramError
+from ..dace_compat.source import named
 from .kernels import Access, AnalysedMap, Kernel
 from .memlets import dim_params as _dim_params
 from .tiling import rank_symbol, tile_subset
@@ -100,9 +101,12 @@ class KernelPlan:
         return tile_subset(amap.info.ranges, grid, syms, clamp=clamp)
 
 
-def _exact(memlet: dace.Memlet, params: Sequence[str]) -> bool:
-    """Whether propagating ``memlet`` over a box of ``params`` gives exactly the elements written."""
-    if memlet.dynamic:
+def _exact(memlet: dace.Memlet, params: Sequence[str], conditional: bool = False) -> bool:
+    """Whether propagating ``memlet`` over a box of ``params`` gives exactly the elements written
+    (``conditional``: would give them, were the write not conditional: a dynamic memlet whose
+    index is a permutation of the parameters writes a subset of the box, one element per iteration
+    at most)."""
+    if memlet.dynamic and not conditional:
         return False
     # A nested SDFG's memlet may cover more than it writes: ``[0:N, 0:H, j, 0:C]`` for a body
     # that writes the row ``i`` of an outer loop only (its volume, ``N*C``, says so). Treating
@@ -126,6 +130,12 @@ def _exact(memlet: dace.Memlet, params: Sequence[str]) -> bool:
             return False
         used.add(p)
     return True
+
+
+def conditional_write(memlet: dace.Memlet, params: Sequence[str]) -> bool:
+    """A write under a condition (a dynamic memlet) at an index that is a permutation of ``params``:
+    it writes some elements of its rank's block, and the kernel reads the block first."""
+    return memlet.dynamic and memlet.wcr is None and _exact(memlet, params, conditional=True)
 
 
 def unreduced_params(m: AnalysedMap) -> Dict[str, Tuple[str, dace.Memlet]]:
@@ -157,13 +167,13 @@ def _check_unreduced_writes(m: AnalysedMap, grid: Sequence[int]):
         ones = tuple(1 if q == p else h for q, h in zip(m.info.params, grid))
         if dc.accesses_indirectly({arr: Access([], [w])}):
             raise IndirectWriteError(
-                f"map `{m.info.key}` writes `{arr}` at indices it reads from data (`{arr}[{w.subset}]` for each "
+                f"{named(m.info.key, m.info.source)} writes `{arr}` at indices it reads from data (`{arr}[{w.subset}]` for each "
                 f"`{p}`), and the schedule splits `{p}` {g} ways: each rank would write some elements of its own "
                 f"copy of `{arr}` and no rank knows which elements the others wrote. Do not split `{p}` (grid "
                 f"{ones} for `{m.info.key}`), or accumulate into an array of zeros (`{arr}[idx[{p}]] += v`), "
                 f"whose copies the ranks then sum")
         raise AccumulationError(
-            f"map `{m.info.key}` writes `{arr}[{w.subset}]`, which does not depend on its parameter `{p}`, and "
+            f"{named(m.info.key, m.info.source)} writes `{arr}[{w.subset}]`, which does not depend on its parameter `{p}`, and "
             f"the schedule splits `{p}` {g} ways: each rank would hold its own partial `{arr}` and nothing "
             f"combines them. Write the update as a reduction (`{arr}[...] = {arr}[...] + e`, `{arr}[...] += e`, "
             f"`*`, `max({arr}[...], e)` or `min(...)`, outside any other statement that reads `{arr}`), or do not "
@@ -195,7 +205,7 @@ def _resolve_grids(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]):
                     continue
                 a = driver.info.params.index(pd)
                 if assign.get(pm, a) != a:
-                    raise ScheduleError(f"map `{m.info.key}` parameter `{pm}` indexes data that map "
+                    raise ScheduleError(f"{named(m.info.key, m.info.source)} parameter `{pm}` indexes data that map "
                                         f"`{driver.info.key}` indexes by two different parameters")
                 assign[pm] = a
         axes[m.info.key] = tuple(assign.get(p) for p in m.info.params)
@@ -205,7 +215,7 @@ def _resolve_grids(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]):
         # one its main map implies: it takes that grid whatever the schedule gives it.
         if given is not None and tuple(given) != implied and kernel.kind != "library":
             raise ScheduleError(
-                f"inconsistent schedule inside `{kernel.label}`: map `{m.info.key}` has grid {tuple(given)} but "
+                f"inconsistent schedule inside `{kernel.label}`: {named(m.info.key, m.info.source)} has grid {tuple(given)} but "
                 f"map `{driver.info.key}` with grid {grid} needs it to be {implied} (both touch the same "
                 f"arrays, which must be split the same way); give `{m.info.key}` the grid {implied} or leave it out")
     map_grids = {k: tuple(grid[a] if a is not None else 1 for a in ax) for k, ax in axes.items()}
@@ -328,7 +338,7 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
             rec = per_array.setdefault(arr, {"reads": [], "writes": [], "alloc": [], "ndim": len(desc.shape),
                                              "shape": tuple(desc.shape), "ops": set(), "exact": [],
                                              "plain_exact": [], "dtype": desc.dtype, "full": set(),
-                                             "split": False})
+                                             "split": False, "conditional": []})
             for direction, memlets in (("reads", acc.reads), ("writes", acc.writes)):
                 if not memlets:
                     continue
@@ -344,7 +354,7 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
                             op = dc.reduction_op(w.wcr)
                             if op is None:
                                 raise UnsupportedProgramError(
-                                    f"map `{m.info.key}` writes `{arr}` with the conflict resolution {w.wcr!r}, "
+                                    f"{named(m.info.key, m.info.source)} writes `{arr}` with the conflict resolution {w.wcr!r}, "
                                     f"which has no MPI reduction; use +, *, max or min, or schedule the map "
                                     f"with a grid of ones")
                             rec["ops"].add(op)
@@ -356,6 +366,9 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
                             single = propagate_box([w], desc, m.info.params, clamped)
                             if _exact(w, m.info.params) and _same_box(single, box):
                                 rec["plain_exact"].append(box)
+                            elif (w.dynamic and _exact(w, m.info.params, conditional=True)
+                                  and _same_box(single, box)):
+                                rec["conditional"].append(box)
                     rec["exact"].append(any(_exact(w, m.info.params) and w.wcr is None for w in memlets)
                                         or all(w.wcr is not None for w in memlets))
 
@@ -376,6 +389,14 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
         if op is not None and not init_covered and rec["plain_exact"]:
             raise UnsupportedProgramError(f"`{kernel.label}` both overwrites part of `{arr}` and accumulates into it")
         exact = op is not None or bool(rec["plain_exact"])
+        if (op is None and not exact and rec["conditional"] and len(rec["conditional"]) == len(writes)
+                and all(_same_box(b, write) for b in rec["conditional"])):
+            # Writes under a condition (``if labels[i] == k: onehot[i, k] = 1.0``), each inside the
+            # rank's block: the kernel reads its block of the current value first, so that the block
+            # it holds afterwards is the array's value there, written or not.
+            if not any(_same_box(b, write) for b in rec["reads"]):
+                rec["reads"].append(write)
+            exact = True
         alloc_start, alloc_shape = _alloc(rec["alloc"], rec["shape"], opaque)
         plan.arrays[arr] = ArrayConstraint(arr, [opaque.show(b) for b in rec["reads"]], opaque.show(write), alloc_start, alloc_shape, exact, op, init_covered,
                                            write is not None and exact and init_covered and "writes" in rec["full"],
@@ -412,7 +433,8 @@ def padded_axes(kp: KernelPlan, even_checks: List) -> Tuple[int, ...]:
     compiling when the extent is a number, else when the program is called)."""
     padded = []
     for axis, extent in kp.even_axes:
-        key = max(kp.kernel.maps, key=lambda m: len(m.info.params)).info.key
+        main = max(kp.kernel.maps, key=lambda m: len(m.info.params)).info
+        key = main.key
         parts = kp.grid[axis]
         ext = sympy.sympify(extent)
         if ext.is_Number and int(ext) % parts == 0:
@@ -421,7 +443,7 @@ def padded_axes(kp: KernelPlan, even_checks: List) -> Tuple[int, ...]:
             padded.append(axis)
         elif ext.is_Number:
             raise ScheduleError(
-                f"map `{key}` axis {axis} (extent {int(ext)}) is split {parts} ways, which does not divide "
+                f"{named(key, main.source)} axis {axis} (extent {int(ext)}) is split {parts} ways, which does not divide "
                 f"{int(ext)}; `{kp.kernel.label}` reduces over this axis as a library node with no operator to "
                 f"pad its blocks with: use a grid dimension that divides {int(ext)}")
         else:

@@ -16,7 +16,7 @@ import numpy as np
 from dace.sdfg import SDFG
 
 from .. import dace_compat as dc
-from .constraints import unreduced_params
+from .constraints import conditional_write, unreduced_params
 from ..errors import SymbolicSizeError
 from .kernels import find_kernels, normalise
 from .memlets import dim_params
@@ -56,6 +56,7 @@ class Vertex:
     constant: bool = False                # writes one number everywhere (a reset map)
     repeats: int = 1                      # runs per program call (inside a loop: its trip count)
     unsplit: Tuple[str, ...] = ()         # labels a plain write does not index (splitting them is refused)
+    source: str = ""                      # the user's line that made the kernel (``dace_compat.source``)
 
     @property
     def agg(self) -> Tuple[str, ...]:
@@ -187,6 +188,10 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
                 if memlets:
                     labels = tuple(dim_params(memlets[0], params))
                     sink.append(Operand(arr, labels, shape, item))
+            if not a.reads and a.writes and all(w.wcr is None and w.dynamic and conditional_write(w, params)
+                                                for w in a.writes):
+                # a write under a condition reads its block's current value first (constraints)
+                ins.append(Operand(arr, tuple(dim_params(a.writes[0], params)), shape, item))
             if any(w.wcr is not None for w in a.writes):
                 partial = True
                 if arr not in plain_written:
@@ -198,7 +203,7 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
         constant = k.kind == "map" and not ins and dc.constant_map_value(k.state, k.node) is not None
         unsplit = tuple(p for p in params if p in unreduced_params(driver))
         vertices.append(Vertex(len(vertices), driver.info.key, k.label, k.kind, params, bounds, ins, outs, partial,
-                               acc, even, constant, trips.get(k.state, 1), unsplit))
+                               acc, even, constant, trips.get(k.state, 1), unsplit, driver.info.source))
 
     edges: List[Edge] = []
     holder: Dict[str, Tuple[int, str, bool]] = {}    # root array -> (vertex, its name there, via input)

@@ -10,6 +10,7 @@ from dace.sdfg import SDFG, SDFGState, nodes
 
 from .. import dace_compat as dc
 from ..checks import require_sdfg
+from ..dace_compat.source import source_of
 
 __all__ = ["MapInfo", "AnalysedMap", "Kernel", "find_kernels", "main_map_infos", "normalise", "maps", "KEPT_LIBRARY_NODES"]
 
@@ -25,6 +26,7 @@ class MapInfo:
     params: Tuple[str, ...]
     ranges: subsets.Range
     state: str
+    source: str = ""        # the user's line (``dace_compat.source``): ``heat.py:17 Tn[1:-1, 1:-1] = ...``; '' if unknown
 
     def __str__(self):
         return f"{self.key}[{', '.join(f'{p}={r}' for p, r in zip(self.params, self.ranges))}]"
@@ -65,7 +67,7 @@ class Kernel:
         return self.node.label
 
 
-def _analyse_map(state: SDFGState, entry: nodes.MapEntry, key: str, arrays) -> AnalysedMap:
+def _analyse_map(state: SDFGState, entry: nodes.MapEntry, key: str, arrays, source: str = "") -> AnalysedMap:
     exit_ = state.exit_node(entry)
     acc: Dict[str, Access] = {}
     for e in state.out_edges(entry):
@@ -77,7 +79,7 @@ def _analyse_map(state: SDFGState, entry: nodes.MapEntry, key: str, arrays) -> A
             continue
         acc.setdefault(e.data.data, Access()).writes.append(e.data)
     info = MapInfo(key, entry.map.label, tuple(entry.map.params), subsets.Range(list(entry.map.range.ranges)),
-                   state.label)
+                   state.label, source)
     return AnalysedMap(info, acc, arrays, frozenset(dc.scope_symbols(state, entry)))
 
 
@@ -143,7 +145,8 @@ def find_kernels(sdfg: SDFG) -> List[Kernel]:
         for node in dc.top_level_nodes(state):
             if isinstance(node, nodes.MapEntry):
                 k = keys.make(node.map.label)
-                kernels.append(Kernel(len(kernels), "map", state, node, [_analyse_map(state, node, k, sdfg.arrays)]))
+                kernels.append(Kernel(len(kernels), "map", state, node,
+                                      [_analyse_map(state, node, k, sdfg.arrays, source_of(state, node))]))
             elif isinstance(node, nodes.LibraryNode):
                 kernels.append(_library_kernel(sdfg, state, node, len(kernels), keys))
             else:
@@ -181,9 +184,10 @@ def _library_kernel(sdfg, state, node, index, keys) -> Kernel:
     if problem or not found:
         return Kernel(index, "opaque", state, node, [], problem or "its expansion has no maps")
     amaps = []
+    where = source_of(state, node)
     for st, entry in found:
         k = keys.make(f"{base}.{entry.map.label}")
-        amaps.append(_analyse_map(st, entry, k, sub.arrays))
+        amaps.append(_analyse_map(st, entry, k, sub.arrays, where))
     return Kernel(index, "library", state, node, amaps)
 
 

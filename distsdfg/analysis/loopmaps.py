@@ -1,4 +1,4 @@
-"""Independent for-loops become maps, so that their iterations can be split over ranks (issue 23).
+"""Independent for-loops become maps, so that their iterations can be split over ranks.
 
 A triangular loop such as ``for i in range(N): C[i, :i + 1] *= beta`` has inner maps whose
 ranges depend on ``i``: their blocks cannot be planned before the call. When the iterations of

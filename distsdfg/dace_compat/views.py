@@ -25,7 +25,7 @@ from dace.sdfg import SDFG, nodes
 from ..geometry.boxes import row_major_strides
 from . import all_states
 
-__all__ = ["transposed_views_to_copies", "view_permutation"]
+__all__ = ["transposed_views_to_copies", "view_permutation", "stepped_views"]
 
 #: Label of the copy maps: their schedule keys are ``permute_<array>_map``.
 COPY_LABEL = "permute_{}"
@@ -120,3 +120,38 @@ def _rewrite(sdfg: SDFG, state, src, vnode, edge, perm) -> None:
     full = ", ".join(f"0:{n}" for n in tshape)
     vfull = ", ".join(f"0:{n}" for n in vdesc.shape)
     state.add_edge(tnode, None, vnode, "views", mm.Memlet(data=tname, subset=full, other_subset=vfull))
+
+
+
+
+def stepped_views(sdfg: SDFG) -> List[Tuple[str, str, str]]:
+    """Stepped slices (``x[::2]``, ``A[1::3, :]``) as DaCe 1.0.2 parses them, wrong with DaCe alone too:
+    ``(array, where, what)`` for each.
+
+    * a view of one, read by a library node (``A[::2, :] @ p``), keeps the array's strides;
+    * an element-wise operation on one reads ``x[__i0:2]`` in its map (the step taken as an end):
+      one element per iteration, but the range of an index and a step."""
+    out = []
+    for sd in sdfg.all_sdfgs_recursive():
+        for st in sd.states():
+            for node in st.nodes():
+                if isinstance(node, nodes.Tasklet):
+                    for e in list(st.in_edges(node)) + list(st.out_edges(node)):
+                        m = e.data
+                        if m.is_empty() or m.dynamic or m.subset is None or m.volume != 1:
+                            continue
+                        if any(not _eq(b, en) or sympy.sympify(k) != 1 for b, en, k in m.subset.ranges):
+                            out.append((m.data, f"map around `{node.label}`", str(m.subset)))
+                    continue
+                desc = sd.arrays.get(node.data) if isinstance(node, nodes.AccessNode) else None
+                if not isinstance(desc, dt.View):
+                    continue
+                for e in st.all_edges(node):
+                    other = e.src if e.dst is node else e.dst
+                    if not isinstance(other, nodes.AccessNode) or isinstance(sd.arrays.get(other.data), dt.View):
+                        continue
+                    sub = e.data.subset if e.data.data == other.data else e.data.other_subset
+                    if sub is not None and any(sympy.sympify(s) != 1 for _, _, s in sub.ranges):
+                        out.append((other.data, f"view `{node.data}`", str(sub)))
+                        break
+    return out

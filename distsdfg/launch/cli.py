@@ -49,7 +49,7 @@ def cmd_maps(args):
     from .runner import load_program, parse_program
     prog, _ = load_program(args.program)
     for m in distsdfg.maps(parse_program(prog)):
-        print(m)
+        print(f"{m}  # {m.source}" if m.source else m)
 
 
 def cmd_plan(args):
@@ -79,8 +79,9 @@ def cmd_plan(args):
         }, indent=1))
     else:
         print(f"schedule on {P} ranks:")
+        source = {key: k.source for k in sdfg._distsdfg.kernels for key in k.keys}
         for key, grid in sdfg._distsdfg.schedule.grids:
-            print(f"  {key:48s} {grid}")
+            print(f"  {key:48s} {str(grid):14s} {source.get(key, '')}".rstrip())
         plans = distsdfg.comm_plans(sdfg, nprocs=P, **sizes)
         if plans:
             print("between kernels:")
@@ -91,8 +92,21 @@ def cmd_plan(args):
             busiest = f"at most {sum(s.max_received for s in steps):,}" if summary else f"{_busiest(steps):,}"
             print(f"I/O lower bound for {key}: {b:,.0f} bytes per rank (the busiest rank here receives {busiest})")
     if args.plot:
+        _plot(sdfg, args.plot, P, sizes, per_kernel)
+
+
+def _plot(sdfg, path: str, P: int, sizes, per_kernel) -> None:
+    """The plan's picture (``plan_plot``); without matplotlib, a bar chart of bytes per kernel (PNG)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
         from .plot import bar_chart_png
-        bar_chart_png(list(per_kernel), list(per_kernel.values()), args.plot, title=f"bytes per kernel, P={P}")
+        bar_chart_png(list(per_kernel), list(per_kernel.values()), path, title=f"bytes per kernel, P={P}")
+        print(f"distsdfg: {path}: bytes per kernel only; install matplotlib (pip install matplotlib) for the "
+              f"picture of every kernel's grid and blocks", file=sys.stderr)
+        return
+    from .plan_plot import draw_plan, plan_rows
+    draw_plan(plan_rows(sdfg, nprocs=P, **sizes), path, nprocs=P, title=sdfg._distsdfg.original_name)
 
 
 def _sent(step) -> int:
@@ -156,7 +170,8 @@ def cmd_run(args):
         sys.exit(run_program(args.program, schedule=args.schedule, sizes=_sizes(args.sizes), nprocs=args.n,
                              target=args.target, check=args.check, seed=args.seed, compile_only=args.compile_only,
                              verbose=args.verbose, rebuild=args.rebuild, save=args.save, placement=args.placement,
-                             cuda_aware_mpi=args.cuda_aware_mpi, threads_per_rank=args.threads_per_rank))
+                             cuda_aware_mpi=args.cuda_aware_mpi, threads_per_rank=args.threads_per_rank,
+                             trace=args.trace))
     from .mpiexec import launcher_argv
     n = args.n or 1
     inner = ["-m", "distsdfg", "run", args.program, "-n", str(n), "--target", args.target, "--seed", str(args.seed),
@@ -170,6 +185,8 @@ def cmd_run(args):
             inner.append("--" + flag.replace("_", "-"))
     if args.save:
         inner += ["--save", os.path.abspath(args.save)]
+    if args.trace:
+        inner += ["--trace", os.path.abspath(args.trace)]
     if args.threads_per_rank is not None:
         inner += ["--threads-per-rank", str(args.threads_per_rank)]
     sys.exit(_launch(launcher_argv(n, inner, timeout=args.timeout), args.timeout, args.threads_per_rank))
@@ -303,6 +320,8 @@ def main(argv=None):
     p.add_argument("--verbose", action="store_true", help="progress and tracebacks from every rank")
     p.add_argument("--rebuild", action="store_true", help="compile even if an identical build exists")
     p.add_argument("--save", default=None, help="FILE.npz: rank 0 saves the outputs")
+    p.add_argument("--trace", default=None, metavar="FILE.json",
+                   help="write every rank's kernels and MPI steps (with bytes) as a Chrome trace (Perfetto)")
     p.add_argument("--here", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--compile-only", action="store_true", help="lower and compile in this process, then stop")
     _threads_arg(p)
@@ -317,7 +336,9 @@ def main(argv=None):
     p.add_argument("-n", type=int, default=None, help="number of ranks (default: the schedule's)")
     _schedule_args(p)
     p.add_argument("--json", action="store_true")
-    p.add_argument("--plot", default=None, help="FILE.png: a bar chart of bytes per kernel")
+    p.add_argument("--plot", default=None, metavar="FILE.png|FILE.svg",
+                   help="a picture per kernel of its process grid, each rank's block of every array it moves, and the "
+                        "bytes (needs matplotlib; without it a bar chart of bytes per kernel)")
     p.add_argument("--auto", action="store_true", help="plan the schedule (EinDecomp) for -n ranks")
     p.add_argument("--model", default="time", help="cost model for --auto: time (default), bytes, paper, alpha-beta")
     p.add_argument("--searcher", default="dp", help="dp, greedy or exhaustive")

@@ -262,8 +262,10 @@ def _assemble(fn, out, returns, sizes, comm):
 def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: Optional[Dict[str, int]] = None,
                 nprocs: Optional[int] = None, target: str = "cpu", check: bool = False, seed: int = 0,
                 compile_only: bool = False, verbose: bool = False, rebuild: bool = False, save: Optional[str] = None,
-                comm=None, placement=None, cuda_aware_mpi: bool = False, threads_per_rank: Optional[int] = None) -> int:
+                comm=None, placement=None, cuda_aware_mpi: bool = False, threads_per_rank: Optional[int] = None,
+                trace: Optional[str] = None) -> int:
     """Lower, compile once, run on the ranks of ``comm``; rank 0 reports. Returns an exit code.
+    ``trace``: a Chrome trace file of the call (every rank's kernels and MPI steps, ``runtime.trace``).
 
     An exception on any rank prints ``distsdfg: rank R failed: ...`` and aborts the whole job.
     """
@@ -297,7 +299,8 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
         if compile_only:
             build(sdfg, verbose=True, rebuild=rebuild)
             return 0
-        fn = distsdfg.compile(sdfg, comm=comm, verbose=(rank == 0) or verbose, threads_per_rank=threads_per_rank)
+        fn = distsdfg.compile(sdfg, comm=comm, verbose=(rank == 0) or verbose, threads_per_rank=threads_per_rank,
+                              trace=trace)
         placed = fn.lowered.boundary
         if placed:        # every rank makes the same global inputs and passes its blocks
             args, sizes, returns, inputs = _blocks(fn, mod, sizes, seed, rank)
@@ -322,6 +325,8 @@ def run_program(spec: str, *, schedule: Optional[Sequence[str]] = None, sizes: O
                 + (f"; updated in place: {', '.join(written)}" if written else ""))
             if save:
                 np.savez(save, *outs)
+            if trace:
+                say(f"trace of every rank's kernels and MPI steps: {trace} (open it in https://ui.perfetto.dev)")
             if check:
                 lines, problems = compare_outputs(_named(out, args, written),
                                                   _reference(prog, inputs, sizes, written))

@@ -41,6 +41,7 @@ from . import blas_openblas
 from .. import dace_compat as dc
 from ..dace_compat import semantics
 from ..errors import DistributedLoweringError, UnsupportedProgramError
+from ..config import OWN_GEMV
 
 __all__ = ["BlasInfo", "NoBlasWarning", "configure", "info", "find_mkl", "use_threads", "thread_env",
            "threads_per_rank", "check_program", "warn_if_reference"]
@@ -75,7 +76,7 @@ class BlasInfo:
 
     def key(self) -> str:
         """What a build depends on (part of the build cache's key)."""
-        return f"{self.implementation}|{self.library}|{self.version}"
+        return f"{self.implementation}|{self.library}|{self.version}|{self.include}"
 
     def __str__(self) -> str:
         if not self.optimized:
@@ -276,7 +277,7 @@ def _OPENBLAS(why: str):
         return missing
     include, library = found
     try:
-        shims = blas_openblas.shim_folder(include, _cache_root())
+        shims = blas_openblas.shim_folder(include, _cache_root(), own_gemv=OWN_GEMV.get())
     except OSError as exc:
         return f"cannot write the OpenBLAS header shims: {exc}"
     if blas_openblas.loaded() is None:             # OpenBLAS reads its thread count when it is loaded

@@ -56,28 +56,40 @@ def version() -> str:
         return ""
 
 
-def shim_text(header: Path) -> str:
+#: distsdfg's matrix-vector products, which the ``cblas.h`` shim puts in place of OpenBLAS's
+#: ``cblas_dgemv`` / ``cblas_sgemv`` (``config.OWN_GEMV``)
+GEMV_HEADER = Path(__file__).parent / "include" / "distsdfg_gemv.h"
+
+
+def shim_text(header: Path, own_gemv: bool = False) -> str:
     """A header that includes ``header`` (by its full path) and maps every plain name it declares
-    with the ``scipy_`` prefix to the prefixed one."""
+    with the ``scipy_`` prefix to the prefixed one; with ``own_gemv`` (``cblas.h`` only), the GEMV
+    names to ``distsdfg_gemv.h``'s functions in C++ code."""
     names = sorted(set(_DECLARED.findall(header.read_text(errors="replace"))))
     guard = "DISTSDFG_SHIM_" + re.sub(r"\W", "_", header.name).upper()
     lines = [f"/* written by distsdfg (lowering/blas_openblas.py): plain names of {header} -> scipy_ names */",
              f"#ifndef {guard}", f"#define {guard}", f'#include "{header}"']
     lines += [f"#define {n} {PREFIX}{n}" for n in names]
+    if own_gemv and header.name == "cblas.h":
+        lines += ["#ifdef __cplusplus", f'#include "{GEMV_HEADER}"']
+        for t in "ds":
+            lines += [f"#undef cblas_{t}gemv", f"#define cblas_{t}gemv distsdfg_blas::{t}gemv"]
+        lines += ["#endif"]
     lines += [f"#endif  /* {guard} */", ""]
     return "\n".join(lines)
 
 
 #: changes when ``shim_text`` writes something else (part of the shim folder's name)
-SHIM_FORMAT = "1"
+SHIM_FORMAT = "2"
 
 
-def shim_folder(include: Path, cache: Path) -> Path:
+def shim_folder(include: Path, cache: Path, own_gemv: bool = False) -> Path:
     """The folder of ``cblas.h`` and ``lapacke.h`` shims for the wheel's headers in ``include``: one
-    per wheel location and header version, written once (atomically: ranks may write it at the same
-    time) and reused by later imports without reading the headers again."""
-    stamp = "|".join([SHIM_FORMAT, str(include)] + [f"{(include / h).stat().st_size}:{(include / h).stat().st_mtime_ns}"
-                                                     for h in HEADERS])
+    per wheel location, header version and GEMV choice, written once (atomically: ranks may write it
+    at the same time) and reused by later imports without reading the headers again."""
+    gemv = hashlib.sha1(GEMV_HEADER.read_bytes()).hexdigest()[:10] if own_gemv else "openblas"
+    stamp = "|".join([SHIM_FORMAT, str(include), gemv] +
+                     [f"{(include / h).stat().st_size}:{(include / h).stat().st_mtime_ns}" for h in HEADERS])
     folder = cache / f"openblas-{hashlib.sha1(stamp.encode()).hexdigest()[:10]}" / "include"
     if all((folder / h).is_file() for h in HEADERS):
         return folder
@@ -85,7 +97,7 @@ def shim_folder(include: Path, cache: Path) -> Path:
     for name in HEADERS:
         path = folder / name
         tmp = path.with_name(f".{name}.{os.getpid()}")
-        tmp.write_text(shim_text(include / name))
+        tmp.write_text(shim_text(include / name, own_gemv))
         os.replace(tmp, path)
     return folder
 

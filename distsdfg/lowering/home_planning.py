@@ -57,6 +57,7 @@ class HomePlanning:
                     and self._size_one(name)):
                 self.repl.add(name)
         split: Dict[str, List[Tuple[bool, KernelPlan, str, ArrayConstraint]]] = {}
+        root_in_loop: Set[str] = set()
         for st in states:
             killed: Set[str] = set()
             in_loop = trips.get(st, ("1", False))[0] != "1"
@@ -78,6 +79,8 @@ class HomePlanning:
                         x = self.root(a)
                         if x not in killed:
                             self.live.add(x)
+                        if in_loop:
+                            root_in_loop.add(x)
                     self.written |= {self.root(a) for a in ev[2]}
                     cp = self.copy_of(ev)
                     if cp is not None and not cp[4]:
@@ -88,6 +91,8 @@ class HomePlanning:
         for x, uses in split.items():
             if x in self.repl or not self.fusable(x) or x not in self.live or x in self.views:
                 continue
+            if x in root_in_loop and x not in self.placed and not any(u[0] for u in uses):
+                continue    # a loop on rank 0 uses it, no split kernel in a loop: rank 0 keeps it
             self.add_home(x, uses)
         for x in sorted(self.placed - set(self.homes)):
             self.add_home(x, [])          # no kernel splits it: owners get even row blocks

@@ -41,6 +41,7 @@ class KernelGrid:
     # 1 on the ranks of the grid, 0 on the others, which then run none of the map's iterations
     # (a map that reads through an index array would follow garbage indices there); '' when unused.
     member: str = ""
+    source: str = ""        # the user's line that made the kernel (``dace_compat.source``); '' if unknown
 
 
 @dataclasses.dataclass
@@ -82,6 +83,13 @@ class Lowered:
     @property
     def nprocs(self) -> int:
         return max([int(np.prod(k.grid)) for k in self.kernels] + [1])
+
+    def kernel_source(self, step: StepSpec) -> str:
+        """The user's source line of the kernel ``step`` serves (by index, else by label); '' if unknown."""
+        for k in self.kernels:
+            if k.index == step.kernel or (step.kernel < 0 and k.label == step.kernel_label):
+                return k.source
+        return ""
 
 
 @dataclasses.dataclass

@@ -19,8 +19,9 @@ from dace.sdfg import SDFG
 from .. import dace_compat as dc
 from ..checks import require_sdfg
 from ..dace_compat.scalars import box_complex_scalars
+from ..dace_compat.views import stepped_views
 from ..analysis.constraints import KernelPlan, kernel_constraints, padded_axes
-from ..errors import DistributedLoweringError, LoweredStateError
+from ..errors import DistributedLoweringError, LoweredStateError, UnsupportedProgramError
 from ..analysis.kernels import find_kernels, main_map_infos
 from .loops import MachineRewriter
 from .whole import WholeProgramError, lower_whole, runs_whole, whole_applies
@@ -46,12 +47,13 @@ def _schedule_hash(sdfg_name: str, schedule: Schedule, target: str, placed=()) -
 def _refuse_split(k, grids) -> None:
     """A kernel whose blocks depend on a loop variable cannot be split: say which map and why."""
     from ..errors import LoopDependentMapError
+    from ..dace_compat.source import named
     for m in k.maps:
         grid = grids.get(m.info.key)
         if grid is not None and any(g > 1 for g in grid):
             syms = ", ".join(f"`{s}`" for s in k.runtime_symbols)
             raise LoopDependentMapError(
-                f"map `{m.info.key}` (range {m.info.ranges}) depends on {syms}, which the program sets while it "
+                f"{named(m.info.key, m.info.source)} (range {m.info.ranges}) depends on {syms}, which the program sets while it "
                 f"runs (a loop variable or an interstate assignment), so its blocks cannot be planned before the "
                 f"call; leave `{m.info.key}` out of the schedule (or give it a grid of ones) and it runs whole on "
                 f"rank 0; or, if the iterations of the loop over `{k.runtime_symbols[0]}` are independent, write that loop as "
@@ -105,6 +107,15 @@ def validate_lowered(sdfg: SDFG, original: str, schedule: Schedule) -> None:
                                 f"schedule yet; try another schedule, or run it on one rank") from None
 
 
+def refuse_stepped_slices(sdfg: SDFG) -> None:
+    """Raise ``UnsupportedProgramError`` for a stepped slice DaCe 1.0.2 parses wrongly (``views.stepped_views``)."""
+    for array, where, sub in stepped_views(sdfg)[:1]:
+        raise UnsupportedProgramError(
+            f"`{sdfg.name}` uses a stepped slice of `{array}` (`{array}[::k]`; {where} reads `{array}[{sub}]`), "
+            f"which DaCe 1.0.2 reads without its step (wrong results with DaCe alone too); index it in a map "
+            f"instead (`for i in dace.map[0:n]: y[i] = {array}[k * i]`)")
+
+
 @with_numpy_semantics
 def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement=None, comm: str = "host",
                optimize: Optional[bool] = None, nprocs: Optional[int] = None, validate: bool = True,
@@ -123,7 +134,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     it (``distsdfg.lowering.whole``), where the target, placement and arguments allow."""
     if whole is None:
         whole = nprocs == 1 and runs_whole(nprocs, schedule)
-    from .placement import placed_arrays
+    from .placement import kept_at_root, placed_arrays, rank0_reasons
     if (comm, target) not in (("host", "cpu"), ("host", "gpu"), ("device", "gpu"), ("emulated", "cpu"),
                               ("emulated-staged", "cpu")):
         raise DistributedLoweringError(f"comm={comm!r} does not go with target={target!r}: device buffers need "
@@ -133,7 +144,9 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     if getattr(sdfg, "_distsdfg", None) is not None:
         raise LoweredStateError(f"SDFG `{sdfg.name}` is already lowered; lower a fresh copy "
                                        f"(prog.to_sdfg()) for another schedule")
+    refuse_stepped_slices(sdfg)
     source = dc.to_json(sdfg)
+    original_name = sdfg.name
     boxed = box_complex_scalars(sdfg)      # DaCe 1.0.2 passes complex scalars as garbage: one-element arrays
     placed = placed_arrays(sdfg, placement)
     from .optimize import enabled
@@ -155,7 +168,7 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     if any(key not in known for key in schedule.keys()):     # labels (gemm_map) and "*", as schedule_by_label
         schedule = Schedule(tuple(sorted(resolve_names(schedule.as_dict(), [m.info for k in kernels for m in k.maps],
                                                        main_map_infos(kernels)).items())), schedule.sdfg)
-    schedule.validate_for(known, sdfg_name=sdfg.name)
+    schedule.validate_for(known, sdfg_name=sdfg.name, sources={m.info.key: m.info.source for k in kernels for m in k.maps})
     grids = schedule.as_dict()
     plans: List[KernelPlan] = []
     for k in kernels:
@@ -187,6 +200,8 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     sdfg.add_scalar(COMM_ARG, dace.int32)
     views = dc.reshape_views(sdfg)
     viewed = dc.viewed_arrays(sdfg, exclude=views)
+    placed = kept_at_root(placed, rank0_reasons(sdfg, viewed, {kp.kernel.node for kp in plans}), placement,
+                          original_name)
     if linear and not placed:
         rw = PartialRewriter(sdfg, linear=True, viewed=viewed, views=views)
     else:       # homes at state boundaries; placed arguments are homes the user passes
@@ -197,7 +212,8 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     for kp in plans:
         kgrids.append(KernelGrid(kp.kernel.index, kp.kernel.label, tuple(m.info.key for m in kp.kernel.maps),
                                  kp.grid, axis_symbols(kp.rank_syms, kp.grid),
-                                 rw.members.get(kp.kernel.index, "")))
+                                 rw.members.get(kp.kernel.index, ""),
+                                 next((m.info.source for m in kp.kernel.maps if m.info.source), "")))
     original = sdfg.name
     tag = target if comm == "host" else f"{target}+{comm}"
     one_rank = nprocs == 1 and target == "cpu" and comm == "host" and enabled(optimize)

@@ -18,7 +18,7 @@ from typing import Dict, Mapping, Optional, Sequence, Set, Tuple, Union
 import numpy as np
 import sympy
 from dace import data as dt
-from dace.sdfg import SDFG
+from dace.sdfg import SDFG, nodes
 
 from .. import dace_compat as dc
 from ..checks import positive_int
@@ -80,6 +80,48 @@ def placed_arrays(sdfg: SDFG, placement: PlacementLike) -> Set[str]:
     if default == "distributed":
         out |= {n for n, why in cands.items() if why is None and n not in placement}
     return out
+
+
+def kept_at_root(placed: Set[str], why: Mapping[str, str], placement: PlacementLike, program: str) -> Set[str]:
+    """``placed`` less the arrays of ``why`` (array -> why rank 0 keeps it whole: the program reads it
+    through slices it keeps whole on rank 0, such as ``data[:, i]`` taken inside a loop, or a loop on
+    rank 0 updates it): such an array is passed whole at rank 0. An array the placement names
+    explicitly is refused instead, so that what a user asked for never silently changes."""
+    drop = {a for a in why if a in placed}
+    named = sorted(a for a in drop if isinstance(placement, Mapping) and placement.get(a) == "distributed")
+    if named:
+        raise PlacementError(f"`{named[0]}` of `{program}` cannot be placed distributed: {why[named[0]]}; leave it "
+                             f"at root (placement={{'{named[0]}': 'root', ...}})")
+    return placed - drop
+
+
+def rank0_reasons(sdfg: SDFG, viewed: Set[str], kernel_nodes) -> Dict[str, str]:
+    """Why rank 0 keeps an argument whole while the program runs (see ``kept_at_root``): read through
+    slices that stay on rank 0 (``viewed``; results are written there, never read first), or accessed by
+    something other than a distributed kernel inside a loop (every iteration would move it)."""
+    from ..analysis.controlflow import loop_trips
+    why = {a: "the program reads it through slices (views) that the lowering keeps whole on rank 0"
+           for a in viewed if not a.startswith("__return")}
+    for st, (count, _) in loop_trips(sdfg).items():
+        if str(count) == "1":
+            continue
+        kernel_nodes = set(kernel_nodes) | {st.exit_node(n) for n in kernel_nodes
+                                            if isinstance(n, nodes.EntryNode) and n in st.nodes()}
+        for n in dc.top_level_nodes(st):
+            if n in kernel_nodes or isinstance(n, nodes.AccessNode) and all(
+                    e.dst in kernel_nodes or e.src in kernel_nodes for e in st.all_edges(n)):
+                continue
+            edges = list(st.all_edges(n))
+            if isinstance(n, nodes.EntryNode):
+                edges += st.all_edges(st.exit_node(n))
+            for e in edges:
+                if e.data.is_empty():
+                    continue
+                touched = {e.data.data} | {x.data for x in (e.src, e.dst) if isinstance(x, nodes.AccessNode)}
+                for a in touched - {None}:
+                    why.setdefault(a, "a loop on rank 0 reads or writes it (each iteration would move the whole "
+                                      "array)")
+    return why
 
 
 def boundary_pricing(placement: PlacementLike) -> str:

@@ -14,6 +14,7 @@ from .. import dace_compat as dc
 from ..analysis.constraints import ArrayConstraint, KernelPlan
 from ..errors import DistributedLoweringError
 from ..mpi import DistributedMemlet
+from ..mpi.distributed_memlet import step_node_name
 from .nested_strides import restride_into
 from .ordering import order_before
 from .replicate import REPLICA_AXIS
@@ -92,7 +93,7 @@ class Rewriter:
         return s
 
     def dm(self, state: SDFGState, spec: StepSpec, src: Optional[nodes.AccessNode], dst: nodes.AccessNode):
-        node = DistributedMemlet(f"dm_{spec.index}_{spec.kind}_{spec.array.strip('_')}", step=spec.index,
+        node = DistributedMemlet(step_node_name(spec.index, spec.kind, spec.array), step=spec.index,
                                  kind=spec.kind, array=spec.array, has_input=src is not None)
         state.add_node(node)
         plan = state.add_read(PLAN_ARRAY)
@@ -332,18 +333,18 @@ class Rewriter:
                 return names["local"]
 
             ins = [e for e in state.in_edges(me) if not e.data.is_empty() and e.data.data == arr]
+            box = subsets.Range([(s, sympy.sympify(s) + sympy.sympify(n) - 1, 1)
+                                 for s, n in zip(c.alloc_start, c.alloc_shape)])
             if c.is_read:
-                lr, local = self.read_input(kp, arr, c, state, ins[0].src, local_of)
-                box = subsets.Range([(s, sympy.sympify(s) + sympy.sympify(n) - 1, 1)
-                                     for s, n in zip(c.alloc_start, c.alloc_shape)])
+                lr, local = self.read_input(kp, arr, c, state, ins[0].src if ins else None, local_of)
+                if not ins:
+                    state.add_nedge(lr, me, dace.Memlet())   # a conditional write's block, read first
                 for e in ins:
                     state.add_edge(lr, None, me, e.dst_conn, dace.Memlet(data=local, subset=box))
                     state.remove_edge(e)
                     self.drop_if_isolated(state, e.src)
             else:
                 local = local_of()
-            box = subsets.Range([(s, sympy.sympify(s) + sympy.sympify(n) - 1, 1)
-                                 for s, n in zip(c.alloc_start, c.alloc_shape)])
             for e in inner:
                 if e.data.data == arr:
                     e.data.data = local

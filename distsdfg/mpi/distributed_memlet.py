@@ -1,13 +1,16 @@
 """DistributedMemlet: a library node that moves one array between root and the ranks' blocks."""
+import re
+
 import dace
 import dace.library
 import dace.properties
 from dace import dtypes
 from dace.transformation.transformation import ExpandTransformation
 
+from ..dace_compat.trace import TRACE, is_marked
 from .environment import DistSDFGRuntime, DistSDFGRuntimeCUDA
 
-__all__ = ["DistributedMemlet", "BUFFERS"]
+__all__ = ["DistributedMemlet", "BUFFERS", "step_node_name", "step_of_name"]
 
 #: Where a step's local buffers live, and the runtime's memory policy for them: host memory; a GPU
 #: program's device buffers with MPI on pinned host temporaries (only the boxes the step moves are
@@ -15,6 +18,17 @@ __all__ = ["DistributedMemlet", "BUFFERS"]
 #: paths over host memory (tests without a GPU).
 BUFFERS = {"host": "HostMem", "staged": "StagedDeviceMem", "device": "DeviceMem", "emulated": "EmulatedDeviceMem",
            "emulated-staged": "EmulatedStagedMem"}
+
+
+def step_node_name(index: int, kind: str, array: str) -> str:
+    """The name of step ``index``'s node (and of the tasklet it expands to): ``dm_3_scatter_T``."""
+    return f"dm_{index}_{kind}_{array.strip('_')}"
+
+
+def step_of_name(name: str):
+    """The step index in a name that ``step_node_name`` made, else None."""
+    found = re.match(r"dm_(\d+)_", name)
+    return int(found.group(1)) if found else None
 
 
 @dace.library.expansion
@@ -40,8 +54,11 @@ class ExpandDistributedMemletMPI(ExpandTransformation):
                 ins["_in"] = dace.pointer(desc.dtype)
         policy = f"distsdfg::{BUFFERS[node.buffers]}" + (", true" if node.global_device else "")
         code = f"distsdfg::run_step<{ctype}, {policy}>(_plan, {node.step}, {src}, _out, MPI_Comm_f2c(_comm));"
-        return dace.sdfg.nodes.Tasklet(node.name, ins, {"_out": dace.pointer(desc.dtype)}, code,
-                                       language=dtypes.Language.CPP, side_effects=True)
+        tasklet = dace.sdfg.nodes.Tasklet(node.name, ins, {"_out": dace.pointer(desc.dtype)}, code,
+                                          language=dtypes.Language.CPP, side_effects=True)
+        if is_marked(node):      # a traced step records its events (dace_compat.trace)
+            tasklet.instrument = TRACE
+        return tasklet
 
 
 @dace.library.expansion

@@ -17,7 +17,6 @@ The searchers live in ``distsdfg.planner.searchers``, the pruned search for many
 from __future__ import annotations
 
 import copy
-import math
 import warnings
 from typing import List, Optional, Tuple
 
@@ -28,7 +27,7 @@ from ..config import SPLIT_GAIN, WHOLE_WHEN_CHEAPER
 from .timemodel import get_model
 from ..analysis.eingraph import EinGraph, build_graph
 from ..checks import positive_int, require_sdfg
-from ..errors import DistributedLoweringError, OptionError, ScheduleError, SymbolicSizeError
+from ..errors import DistributedLoweringError, OptionError, SymbolicSizeError
 from ..analysis.kernels import maps
 from ..lowering.pipeline import lower_sdfg, validate_lowered
 from .prune import multilevel
@@ -38,7 +37,7 @@ from .searchers import (CANDIDATE_LIMIT, SEARCHERS, Plan, Problem, candidates, d
                         sqrt_schedule, viable)
 from ..dace_compat.semantics import with_numpy_semantics
 
-__all__ = ["viable", "whole_schedule", "whole_or_split", "auto_schedule", "schedule_cost", "explain", "search", "Plan", "sqrt_schedule",
+__all__ = ["viable", "whole_schedule", "whole_or_split", "auto_schedule", "schedule_cost", "search", "Plan", "sqrt_schedule",
            "data_parallel_schedule", "SEARCHERS", "graph_cost", "measured_bytes"]   # search's parts: distsdfg.planner.searchers
 def search(g: EinGraph, nprocs: int, model: CostModel, searcher: str = "dp", *,
            allow_fewer: bool = False) -> Plan:
@@ -85,7 +84,7 @@ def _checked(sdfg: SDFG, schedule) -> Schedule:
         from ..analysis.kernels import find_kernels, main_map_infos
         grids = resolve_names(sched.as_dict(), infos, main_map_infos(find_kernels(sdfg)))
         sched = Schedule(tuple(sorted(grids.items())), sched.sdfg)
-    sched.validate_for(known, sdfg_name=sdfg.name)
+    sched.validate_for(known, sdfg_name=sdfg.name, sources={m.key: m.source for m in infos})
     return sched
 
 
@@ -234,59 +233,6 @@ def _verified(sdfg, g, nprocs, candidates, sizes, placement=None) -> Schedule:
             continue
         return Schedule.of(cand.as_dict(), sdfg=sdfg.name)
     return Schedule.of(candidates[0].as_dict(), sdfg=sdfg.name)
-
-
-@with_numpy_semantics
-def explain(sdfg: SDFG, schedule=None, *, nprocs: Optional[int] = None, cost_model="time", inputs: str = "root",
-            alternatives: int = 2, **sizes) -> str:
-    """Per map: its grid, the predicted cost it causes (its own and its incoming edges': seconds
-    under the time model, which also names the rates it used; bytes under 'bytes'), and the
-    runner-up grids with what they would cost with everything else fixed."""
-    require_sdfg(sdfg, "distsdfg.explain")
-    if nprocs is not None:
-        nprocs = positive_int(nprocs, "explain's nprocs")
-    if schedule is not None:
-        schedule = _checked(sdfg, schedule)
-    g = _graph(sdfg, sizes, "explain(sdfg" + (f", nprocs={nprocs}" if schedule is None and nprocs else ""))
-    model = get_model(cost_model, inputs=inputs)
-    if schedule is None:
-        if nprocs is None:
-            raise ScheduleError("explain needs a schedule or nprocs (to plan one)")
-        schedule = auto_schedule(sdfg, nprocs, cost_model=model, inputs=inputs, verify=False, whole=False, **sizes)
-        schedule, choice = whole_or_split(g, schedule, model, nprocs, inputs)
-    else:
-        choice = ""
-    splits = _splits_of(g, schedule)
-    P = nprocs or max(math.prod(d) for d in splits)
-    cands = [sorted(set(viable(v, P)) | {splits[v.index]}) for v in g.vertices]
-    pb = Problem(g, model, cands)
-    cur = {v.index: cands[v.index].index(splits[v.index]) for v in g.vertices}
-    unit = "s" if model.name in ("alpha-beta", "time") else "B"
-
-    def local(v):
-        """Cost vector over v's candidates of v and its edges, the other vertices as scheduled."""
-        c = pb.vc[v] + pb.incoming(v, cur)
-        for i, e in enumerate(g.edges):
-            if e.src == v:
-                c = c + pb.em(i)[:, cur[e.dst]]
-        return c
-
-    total = pb.value([cur[v.index] for v in g.vertices])
-    lines = [f"schedule for {sdfg.name} on {P} ranks, model {model.name}: predicted total {_fmt(total, unit)}"]
-    if choice:
-        lines.append(f"  {choice}")
-    if getattr(model, "rates", None) is not None:
-        lines.append(f"  rates: {model.rates.describe()}")
-    lines += [
-             f"  {'map':48s} {'grid':18s} cost of the map and its incoming and outgoing data"]
-    for v in g.vertices:
-        vec = local(v.index)
-        mine = float(vec[cur[v.index]])
-        lines.append(f"  {v.key:48s} {str(splits[v.index]):18s} {_fmt(mine, unit)}")
-        alts = sorted((float(vec[a]), cands[v.index][a]) for a in range(len(vec)) if a != cur[v.index])
-        for c, x in alts[:alternatives]:
-            lines.append(f"  {'':48s}   or {str(x):15s} {_fmt(c, unit)} ({_fmt(c - mine, unit, sign=True)})")
-    return "\n".join(lines)
 
 
 def _fmt(x: float, unit: str, sign: bool = False) -> str:

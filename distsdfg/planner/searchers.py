@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .costmodel import CostModel
 from ..analysis.eingraph import EinGraph, Vertex
+from ..dace_compat.source import named
 from ..errors import DistributedLoweringError, ScheduleError
 from ..values.schedule import Schedule
 
@@ -319,7 +320,7 @@ def candidates(g: EinGraph, nprocs: int, model: CostModel, allow_fewer: bool) ->
     for v in g.vertices:
         cs = [d for d in viable(v, nprocs, allow_fewer=allow_fewer) if model.fits(v, dict(zip(v.labels, d)))]
         if not cs:
-            raise ScheduleError(f"map `{v.key}` has no partitioning that fits the memory limit on {nprocs} ranks")
+            raise ScheduleError(f"{named(v.key, v.source)} has no partitioning that fits the memory limit on {nprocs} ranks")
         cands.append(cs)
     return cands
 

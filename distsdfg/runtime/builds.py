@@ -4,6 +4,7 @@ so that concurrent jobs on one machine build a folder once; loaded on every rank
 the build cache (``runtime/cache.py``), not in the folder the program runs from."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -12,11 +13,13 @@ from dace.sdfg import SDFG
 
 from .. import dace_compat as dc
 from ..dace_compat.pack import packing
+from ..dace_compat.trace import expand_marked, remove_report_folder, traced
 from ..lowering import blas
 from ..lowering.gpu import build_settings
 from ..lowering.rewriter import PLAN_LEN
 from ..mpi.environment import INCLUDE_DIR
 from . import cache, toolchain
+from .trace import is_step
 from .locks import file_lock
 from ..dace_compat.semantics import with_numpy_semantics
 
@@ -102,29 +105,35 @@ def _in_cache(folder: str) -> bool:
 
 
 @with_numpy_semantics
-def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False):
+def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False, trace: bool = False):
     """Compile ``sdfg`` unless its build folder already holds this exact build; returns (compiled, folder)
     and sets ``sdfg.build_folder`` to the folder.
 
     The stamp is written only after a complete build, so an interrupted compile is rebuilt
     on the next run rather than loaded half-made; builders of one folder take turns (``build_lock``).
     After a compile, the least recently used builds are evicted down to the cache's cap (``cache.evict``).
+    ``trace``: built with the trace recorder around every kernel and step (``dace_compat.trace``).
     """
     t0 = time.time()
     base = place_build(sdfg)
-    with build_lock(base), dc.release_build(sdfg):
+    with build_lock(base), dc.release_build(sdfg), (traced(sdfg, is_step) if trace else contextlib.nullcontext()):
         if getattr(getattr(sdfg, "_distsdfg", None), "target", "cpu") == "gpu":
             with build_settings(base):
-                compiled, folder = _build(sdfg, base, verbose, rebuild, t0)
+                compiled, folder = _build(sdfg, base, verbose, rebuild, t0, trace)
         else:
-            compiled, folder = _build(sdfg, base, verbose, rebuild, t0)
+            compiled, folder = _build(sdfg, base, verbose, rebuild, t0, trace)
+    if trace:
+        remove_report_folder(folder)
     sdfg.build_folder = folder
     return compiled, folder
 
 
-def _build(sdfg: SDFG, folder: str, verbose: bool, rebuild: bool, t0: float):
+def _build(sdfg: SDFG, folder: str, verbose: bool, rebuild: bool, t0: float, trace: bool = False):
     blas.check_program(sdfg)
     wrap = packing(sdfg, keep=(PLAN_LEN,))      # per-rank symbols in one array, above a threshold
+    if trace:       # library kernels expanded first, so that what replaces them records the events
+        pack = wrap
+        wrap = lambda program: expand_marked(pack(program) if pack else program, is_step)  # noqa: E731
     low = getattr(sdfg, "_distsdfg", None)           # validated by the lowering, unless changed since
     validate = not (low is not None and getattr(low, "validated", "") == dc.structure_fingerprint(sdfg))
     # The compile's shared parts (precompiled header, host steps), if this machine lacks them, are

@@ -144,9 +144,11 @@ class DeferredProgram(DistributedProgram):
     compiled already). ``programs`` maps the size sets seen so far to their compiled programs.
     """
 
-    def __init__(self, sdfg: SDFG, comm, verbose: Optional[bool] = None, threads_per_rank: Optional[int] = None):
+    def __init__(self, sdfg: SDFG, comm, verbose: Optional[bool] = None, threads_per_rank: Optional[int] = None,
+                 trace: Optional[str] = None):
         self.sdfg = sdfg
         self.threads_per_rank = threads_per_rank
+        self.trace = trace          # the trace file of the programs it compiles (runtime.trace)
         self.lowered: Deferred = sdfg._distsdfg
         self._compiled = None
         self.comm = comm
@@ -195,7 +197,7 @@ class DeferredProgram(DistributedProgram):
             with phase(f"{self.lowered.original_name}: lower", verbose=self.verbose, comm=self.comm):
                 lowered = self.lowered.lower(schedule)
             prog = compile_distributed(lowered, comm=self.comm, verbose=self.verbose,
-                                       threads_per_rank=self.threads_per_rank)
+                                       threads_per_rank=self.threads_per_rank, trace=self.trace)
             self._by_schedule[schedule.to_json()] = prog
         self._by_sizes[key] = prog
         return prog

@@ -24,15 +24,16 @@ from ..lowering.rewriter import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS
 from ..lowering.placement import layout as _layout
 from ..values.plan import ConcreteStep, evaluate
 from . import progress
+from ..config import STEP_TIMES, TRACE_FILE
+from .trace import TraceFile
 from .builds import build, load_build
 from .callsync import CallStart
 from .device_arrays import back_to_device, is_array, is_cupy, on_device, to_host, wait_for_callers_stream
 from .root_args import RootArguments, check_blocks, replica_values, unequal_replicas
 from ..solver.solve import lowered_of, solve_homes, solve_plan, symbol_values
 from ..dace_compat.semantics import with_numpy_semantics
-from ..config import STEP_TIMES
 
-__all__ = ["DistributedProgram", "compile_distributed", "idle_bcast", "comm_of",
+__all__ = ["DistributedProgram", "compile_distributed", "idle_bcast", "comm_of", "step_legend",
            "lowered_of", "solve_plan", "symbol_values"]   # the last three: distsdfg.solver.solve
 
 
@@ -70,7 +71,7 @@ class DistributedProgram:
     arrays.
     """
 
-    def __init__(self, sdfg: SDFG, compiled, comm, threads_per_rank: int = 1):
+    def __init__(self, sdfg: SDFG, compiled, comm, threads_per_rank: int = 1, trace: Optional[str] = None):
         self.sdfg = sdfg
         self.threads_per_rank = threads_per_rank
         self.lowered = lowered_of(sdfg)
@@ -89,6 +90,8 @@ class DistributedProgram:
         # The per-rank symbols the compiled program takes packed in one array, in order (or None).
         self._packed = packed_names(compiled.sdfg) if getattr(compiled, "sdfg", None) is not None else None
         self._start = CallStart(comm, self.lowered.original_name)      # collective, as the constructor is
+        # Built with the trace recorder: every call appends every rank's events to this file.
+        self.trace = TraceFile.open(trace, comm) if trace else None
 
     # -- argument checking (rank 0) ---------------------------------------------------------------
     @functools.cached_property
@@ -352,8 +355,13 @@ class DistributedProgram:
             if is_array(a) and a.shape != shape and a.size == int(np.prod(shape)):
                 kwargs[name] = a.reshape(shape)
         if self.lowered.rank0_only and rank != 0:
+            if self.trace is not None:      # the trace's gather is collective: an empty part
+                self.trace.add_call(self, values, time.time() * 1e6, time.time() * 1e6, None)
             return self._root_args.nothing()
         table, _, home_syms, blocks = self.plan(values)
+        if STEP_TIMES.get() and rank == 0 and not getattr(self, "_legend_shown", False):
+            self._legend_shown = True
+            print(step_legend(self.lowered), file=sys.stderr, flush=True)
         if blocks:      # distributed placement: every rank checks its own blocks, all agree
             mine = (check_blocks(self.sdfg, self.lowered, kwargs, blocks, rank), replica_values(self.lowered, kwargs))
             gathered = comm.allgather(mine)
@@ -379,13 +387,16 @@ class DistributedProgram:
             wait_for_callers_stream()
         dc.fresh_return_arrays(self._compiled)     # results are handed over, not copied
         t_program = time.perf_counter()
+        t_wall = time.time() * 1e6
         if blocks or reshapes:      # a rank's block is often a view (a slice of a memory map); a reshaped
             # argument is one; both checked contiguous above
             with dc.allow_view_arguments():
                 out = dc.call_compiled(self._compiled, call)
         else:
             out = dc.call_compiled(self._compiled, call)
-        if _STEP_TIMES:
+        if self.trace is not None:
+            self.trace.add_call(self, values, t_wall, time.time() * 1e6, self._compiled)
+        if STEP_TIMES.get():
             now = time.perf_counter()
             print(f"[distsdfg] rank {rank} call of {self.lowered.original_name}: {(now - t_call) * 1e3:.3f} ms, "
                   f"{(now - t_program) * 1e3:.3f} ms of it in the compiled program", file=sys.stderr, flush=True)
@@ -396,27 +407,37 @@ class DistributedProgram:
         return RootArguments(self.sdfg, self.lowered)
 
 
+def step_legend(low) -> str:
+    """What each numbered step of the step timings moves, and for which kernel and source line."""
+    lines = [f"[distsdfg] steps of {low.original_name}:"]
+    for st in low.steps:
+        source = low.kernel_source(st)
+        where = f" ({source})" if source else ""
+        lines.append(f"[distsdfg]   step {st.index}: {st.kind} `{st.array}` for `{st.kernel_label}`{where}")
+    return "\n".join(lines)
+
+
 def _same_but_unit_dims(got, want) -> bool:
     """Two shapes equal once their dimensions of size 1 are dropped (same elements, same order)."""
     return tuple(d for d in got if d != 1) == tuple(int(d) for d in want if d != 1)
 
 
-#: $DISTSDFG_STEP_TIMES: every call prints its time and the time in the compiled program, and
-#: every communication step its own (distsdfg_runtime.h), on stderr.
-_STEP_TIMES = STEP_TIMES.get()
-
-
 @with_numpy_semantics
 def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None,
-                        rebuild: bool = False, threads_per_rank: Optional[int] = None) -> DistributedProgram:
+                        rebuild: bool = False, threads_per_rank: Optional[int] = None,
+                        trace: Optional[str] = None) -> DistributedProgram:
     """Build on rank 0 of ``comm`` (or reuse an identical build), load on every rank (collective over
     ``comm``, default ``MPI.COMM_WORLD``). The program runs on ``comm``: its ranks are the ranks the
     plan speaks of, and every communication step uses it (see ``rewriter.COMM_ARG``).
+
+    ``trace`` (default ``$DISTSDFG_TRACE``): a file that every call appends each rank's kernels and
+    steps to, as a Chrome trace (``runtime.trace``); the program is built with their timers.
 
     Every rank runs with ``threads_per_rank`` OpenMP and MKL threads (default 1, or
     ``$DISTSDFG_THREADS_PER_RANK``)."""
     comm = comm_of(comm)
     lowered_of(sdfg)
+    trace = idle_bcast(comm, trace if trace is not None else TRACE_FILE.get()) or None
     threads = blas.threads_per_rank(threads_per_rank)
     blas.configure()
     blas.use_threads(threads)      # before the BLAS is loaded: OpenBLAS's threads, MKL's layer are fixed then
@@ -431,7 +452,7 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
         try:
             with progress.phase(f"{lowered_of(sdfg).original_name}: compile ({kernels} kernel"
                                 f"{'s' if kernels != 1 else ''})", verbose=False if verbose else shown):
-                compiled, folder = build(sdfg, verbose=verbose, rebuild=rebuild)
+                compiled, folder = build(sdfg, verbose=verbose, rebuild=rebuild, trace=bool(trace))
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
     # Every rank plans from rank 0's lowering: the binary was built from it.
@@ -442,6 +463,6 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
     if comm.rank != 0:
         compiled = load_build(folder)
     comm.Barrier()
-    prog = DistributedProgram(sdfg, compiled, comm, threads)
+    prog = DistributedProgram(sdfg, compiled, comm, threads, trace)
     prog.progress = shown
     return prog

@@ -15,7 +15,7 @@ from ..values.plan import CommStep
 from .redistribute import CommPlan
 from .solve import ConcreteRedist, comm_steps, given_values, lowered_of, planned, solve_plan
 
-__all__ = ["comm_report", "comm_plans", "format_report", "bytes_per_kernel", "matmul_io_lower_bounds", "CommSummary",
+__all__ = ["comm_report", "comm_plans", "solved_steps", "format_report", "bytes_per_kernel", "matmul_io_lower_bounds", "CommSummary",
            "SUMMARY_ABOVE"]
 
 #: ``comm_report`` summarises (one ``CommSummary`` per MPI call, no per-rank tuples) above this many ranks.
@@ -134,6 +134,12 @@ def comm_report(sdfg: SDFG, *, nprocs: Optional[int] = None, summary: Optional[b
         else:
             out.extend(steps)
     return out
+
+
+def solved_steps(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols):
+    """(lowering, symbol values, solved steps) of ``sdfg`` for concrete sizes: what ``comm_report``
+    reads its bytes from (``launch.plan_plot`` draws the blocks)."""
+    return _solved(sdfg, nprocs, symbols, "plan")
 
 
 def comm_plans(sdfg: SDFG, *, nprocs: Optional[int] = None, **symbols) -> List[CommPlan]:

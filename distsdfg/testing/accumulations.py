@@ -246,7 +246,7 @@ ACCUMULATIONS = {p.name: p for p in [
 ]}
 
 
-# -- library reductions over an unevenly split axis (issue 21) ---------------------------------------
+# -- library reductions over an unevenly split axis ---------------------------------------
 @dace.program
 def reduce_uneven(A: dace.float64[10, 7], B: dace.int32[10, 7], s0: dace.float64[7], x0: dace.float64[7],
                   n0: dace.int32[7], s1: dace.int32[10], x1: dace.int32[10], n1: dace.float64[10]):

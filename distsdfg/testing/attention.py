@@ -1,6 +1,6 @@
 """Attention test programs with NumPy references, inputs and hand schedules, registered in
 ``programs.PROGRAMS``: a Megatron-style block (attention, output projection over heads, the first
-MLP layer), the thesis' multi-head self-attention (seed 004, 8.1.4) and its fused-QKV form (issue 23)."""
+MLP layer), the thesis' multi-head self-attention (seed 004, 8.1.4) and its fused-QKV form."""
 import dace
 import numpy as np
 

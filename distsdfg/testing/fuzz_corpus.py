@@ -180,7 +180,7 @@ CORPUS: Dict[str, Case] = {c.name: c for c in [
          lambda x, W1, W2: (np.maximum(x @ W1, 0.0) @ W2, {})),
 ]}
 
-#: The first corpus (issue 5): the fixed CI sample and the recorded regressions draw from it, so
+#: The first corpus: the fixed CI sample and the recorded regressions draw from it, so
 #: that their seeds keep naming the same cases.
 BASE = tuple(sorted(CORPUS))
 

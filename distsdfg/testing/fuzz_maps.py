@@ -1,4 +1,4 @@
-"""Fuzz corpus, part two: explicit ``dace.map`` kernels as users write them by hand (issue 21).
+"""Fuzz corpus, part two: explicit ``dace.map`` kernels as users write them by hand.
 
 Read-modify-write and WCR accumulations (sum, max, min, prod; scalar and array targets),
 conditionals inside maps, nested maps, maps inside loops, triangular ranges, and index arrays:
@@ -143,6 +143,15 @@ def map_onehot_sums(a: dace.int64[23], X: dace.float64[23, 3]):
 
 
 @dace.program
+def map_conditional_onehot(labels: dace.int64[23], X: dace.float64[23, 3]):
+    onehot = np.zeros((23, 5), dtype=np.float64)
+    for i, k in dace.map[0:23, 0:5]:
+        if labels[i] == k:
+            onehot[i, k] = 1.0
+    return np.transpose(onehot) @ X
+
+
+@dace.program
 def map_scatter_rows(idx: dace.int64[11], v: dace.float64[11], A: dace.float64[11, 6]):
     for i in dace.map[0:11]:
         A[i, idx[i]] = v[i]
@@ -262,6 +271,9 @@ MAP_CASES = [
                                       "hi": np.array([_rows(data, b).max() for b in range(3)])})),
     Case("map_onehot_sums", map_onehot_sums,
          lambda r: {"a": r.integers(0, 5, 23).astype(np.int64), "X": r.random((23, 3))}, _onehot),
+    Case("map_conditional_onehot", map_conditional_onehot,
+         lambda r: {"labels": r.integers(0, 5, 23).astype(np.int64), "X": r.random((23, 3))},
+         lambda labels, X: _onehot(labels, X)),
     Case("map_scatter_rows", map_scatter_rows, lambda r: {"idx": r.integers(0, 6, 11).astype(np.int64),
                                                           "v": r.random(11), "A": r.random((11, 6))}, _scatter_rows),
     Case("map_scatter_perm", map_scatter_perm, lambda r: {"x": r.random(17), "perm": r.permutation(17).astype(np.int64),

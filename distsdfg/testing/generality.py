@@ -1,4 +1,4 @@
-"""Generality report (issue 23): how the auto schedule treats a set of NumPy-style kernels.
+"""Generality report: how the auto schedule treats a set of NumPy-style kernels.
 
 ``python -m distsdfg.testing.generality [-n P] [--run OUT.json] [names...]`` plans every kernel for
 ``P`` ranks (default 4) with the sizes of its test inputs and prints one line per kernel:

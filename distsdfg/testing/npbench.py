@@ -1,4 +1,4 @@
-"""Generality report on NPBench's DaCe kernels (issue 23), loaded at run time from a checkout.
+"""Generality report on NPBench's DaCe kernels, loaded at run time from a checkout.
 
     python -m distsdfg.testing.npbench --npbench DIR [-n 4] [--work FOLDER] [--timeout S] [names...]
 

@@ -176,7 +176,7 @@ def sum_of_products(A1: dace.float64[48, 64], B1: dace.float64[64, 40], A2: dace
     return (A1 @ B1 - 0.5 * (A2 @ B2)) + D
 
 
-# -- programs with loops (issue 4): time-stepping stencils and an iterative solver ------------------
+# -- programs with loops: time-stepping stencils and an iterative solver ------------------
 T = dace.symbol("T")
 
 
@@ -471,11 +471,11 @@ def get(name: str) -> Program:
         base, _, how = name.partition("@")
         return transformed(get(base), how)
     if name not in PROGRAMS:
-        from .accumulations import ACCUMULATIONS       # accumulations in maps (issue 21)
+        from .accumulations import ACCUMULATIONS       # accumulations in maps
         from .offsets import OFFSETS                   # transposed, strided and shifted reads (hK's sweep)
-        from .round2 import ROUND2                     # npbench-style kernels (hQ's sweep)
-        from .round3 import ROUND3                     # fresh NumPy programs (hS's sweep)
-        from .triangular import TRIANGULAR             # triangular loops, loops of library calls (issue 23)
-        return {**ACCUMULATIONS, **TRIANGULAR, **OFFSETS, **ROUND2, **ROUND3}[name]
+        from .sweep_npbench import SWEEP_NPBENCH       # npbench-style kernels that once failed
+        from .sweep_numpy import SWEEP_NUMPY           # fresh NumPy programs that once failed
+        from .triangular import TRIANGULAR             # triangular loops, loops of library calls
+        return {**ACCUMULATIONS, **TRIANGULAR, **OFFSETS, **SWEEP_NPBENCH, **SWEEP_NUMPY}[name]
     return PROGRAMS[name]
 

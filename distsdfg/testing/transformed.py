@@ -1,4 +1,4 @@
-"""Sample programs after DaCe's own transformations (issue 23: lowering composes with them).
+"""Sample programs after DaCe's own transformations (lowering composes with them).
 
 ``get("mlp@auto_optimize")`` (``distsdfg.testing.programs.get``) is the program ``mlp`` whose SDFG
 went through DaCe's ``auto_optimize`` for the CPU before lowering; ``@MapFusion`` applies map

@@ -1,4 +1,4 @@
-"""Triangular and loop-of-library-call programs (issue 23), each with a NumPy reference.
+"""Triangular and loop-of-library-call programs, each with a NumPy reference.
 
 Written for this project in NumPy style: loops whose inner ranges depend on the loop variable
 (``C[i, :i + 1]``), as in SYRK, covariance and Cholesky, and a loop of matrix products over the

@@ -7,6 +7,7 @@ import json
 import math
 from typing import Iterable, Mapping, Optional, Tuple, Union
 
+from ..dace_compat.source import named
 from ..errors import GridShapeError, ScheduleError, UnknownMapError
 
 __all__ = ["Schedule", "ScheduleLike", "grid_size", "resolve_names"]
@@ -120,8 +121,10 @@ class Schedule:
         body = ", ".join(f"{k} -> ({', '.join(map(str, g))}{',' if len(g) == 1 else ''})" for k, g in self.grids)
         return "{" + body + "}"
 
-    def validate_for(self, known: Mapping[str, int], *, sdfg_name: Optional[str] = None) -> None:
-        """Check keys and grid lengths against ``known`` (map key -> number of parameters)."""
+    def validate_for(self, known: Mapping[str, int], *, sdfg_name: Optional[str] = None,
+                     sources: Mapping[str, str] = {}) -> None:
+        """Check keys and grid lengths against ``known`` (map key -> number of parameters); errors
+        name a map with its source line from ``sources`` (map key -> ``file.py:LINE text``)."""
         if self.sdfg is not None and sdfg_name is not None and self.sdfg != sdfg_name:
             raise ScheduleError(
                 f"this schedule was made for SDFG `{self.sdfg}`, not `{sdfg_name}`; "
@@ -129,14 +132,18 @@ class Schedule:
         for key, grid in self.grids:
             if key not in known:
                 close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.0)
-                hint = f"; did you mean `{close[0]}`?" if close else ""
+                hint = f"; did you mean `{close[0]}`{_at(sources.get(close[0], ''))}?" if close else ""
                 raise UnknownMapError(
                     f"schedule names map `{key}`, which this SDFG does not have{hint} "
                     f"(known keys: {', '.join(sorted(known))})")
             if len(grid) != known[key]:
                 raise GridShapeError(
-                    f"map `{key}` has {known[key]} parameters but its grid {grid} has {len(grid)} "
+                    f"{named(key, sources.get(key, ''))} has {known[key]} parameters but its grid {grid} has {len(grid)} "
                     f"dimensions; give one grid dimension per map parameter")
+
+
+def _at(source: str) -> str:
+    return f" ({source})" if source else ""
 
 
 ScheduleLike = Union[Schedule, Mapping[str, Iterable[int]]]

@@ -1,4 +1,4 @@
-"""Unit tier for the fixes of hS's sweep of fresh NumPy programs (round 3): parsed SDFGs, generated
+"""Unit tier for fresh NumPy programs that once failed (``distsdfg.testing.sweep_numpy``): parsed SDFGs, generated
 C++ text and lowered SDFGs, nothing compiled. The programs run under mpiexec in ``test_mpi.py``."""
 import ast
 

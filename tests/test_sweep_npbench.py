@@ -1,4 +1,4 @@
-"""Unit tier for the fixes of hQ's sweep of npbench-style kernels (round 2): what the lowering
+"""Unit tier for npbench-style kernels that once failed (``distsdfg.testing.sweep_npbench``): what the lowering
 plans, nothing compiled. The same programs run under mpiexec in ``test_mpi.py``."""
 import distsdfg
 from distsdfg.testing.programs import get
@@ -62,7 +62,7 @@ def test_a_complex_scalar_argument_becomes_a_one_element_array_and_the_call_boxe
     import dace
     import numpy as np
     from distsdfg.dace_compat.scalars import box_arguments
-    from distsdfg.testing.round2 import complex_scalar
+    from distsdfg.testing.sweep_npbench import complex_scalar
     sdfg = complex_scalar.to_sdfg()
     assert isinstance(sdfg.arrays["s"], dace.data.Scalar)
     distsdfg.lower(sdfg, {"_Mult__map": (2, 1)})

@@ -1,5 +1,4 @@
-"""Programs found by hS's sweep of fresh NumPy programs (round 3, 2026-11-25), each with a NumPy
-reference. Three were silently wrong with DaCe 1.0.2 alone, and so under distsdfg:
+"""Fresh NumPy programs that once failed or gave wrong results, each with a NumPy reference. Three were silently wrong with DaCe 1.0.2 alone, and so under distsdfg:
 
 * ``nested_column``: a nested ``@dace.program`` called with a column of width one
   (``inner(A[:, 1:2], ...)``, parameter ``[N, 1]``) got the parameter's contiguous strides
@@ -24,7 +23,7 @@ from .program import Program
 N = dace.symbol("N")
 M = dace.symbol("M")
 
-__all__ = ["ROUND3"]
+__all__ = ["SWEEP_NUMPY"]
 
 
 @dace.program
@@ -64,7 +63,7 @@ def small_transpose(A: dace.float64[2, 3], y: dace.float64[2]):
     return A.T @ y
 
 
-ROUND3 = {p.name: p for p in [
+SWEEP_NUMPY = {p.name: p for p in [
     Program("nested_column", nested_column, lambda g: {"A": g.random((13, 11)), "out": np.zeros((13, 11))},
             _nested_column, (("N", 13), ("M", 11)), outputs=("out",)),
     Program("floor_mod", floor_mod, lambda g: {"a": g.integers(-50, 50, (13, 7)),

@@ -1,12 +1,11 @@
-"""Programs found by hQ's sweep of npbench-style kernels (round 2, 2026-11-25), each with a NumPy
-reference: a library node left on rank 0 that reads a map's result through a reshape view
+"""NPBench-style kernels that once failed or gave wrong results, each with a NumPy reference: a library node left on rank 0 that reads a map's result through a reshape view
 (``weighted_product``: the view's reads did not count as a use of the array, so the map's blocks
 were never gathered and the einsum read an unwritten transient: zeros); matrix-vector products whose
 contraction is split so that each rank holds one index (``short_matvec``, ``short_vecmat``: DaCe's
 MatMul expansion squeezed the vector block ``(1,)`` to a scalar and refused to compile, "Output of dot
 product must be a single element", also under the planner's own schedule); a complex scalar argument
 (``complex_scalar``: DaCe 1.0.2 passes it as a ``long double``, wrong results with DaCe alone too) was
-refused by name; since hU the lowering makes it a one-element array (``dace_compat.scalars``) and the
+refused by name at first; the lowering makes it a one-element array (``dace_compat.scalars``) and the
 call passes the caller's number as one, so it runs like its array form (``complex_factor``).
 
 ``pair_differences`` (an n-body acceleration as NumPy users write it, ``x = pos[:, 0:1]``,
@@ -26,7 +25,7 @@ from .program import Program
 
 N = dace.symbol("N")
 
-__all__ = ["ROUND2"]
+__all__ = ["SWEEP_NPBENCH"]
 
 
 @dace.program
@@ -102,7 +101,7 @@ def _complex(g, *shape):
     return g.random(shape) + 1j * g.random(shape)
 
 
-ROUND2 = {p.name: p for p in [
+SWEEP_NPBENCH = {p.name: p for p in [
     Program("weighted_product", weighted_product,
             lambda g: {"G": _complex(g, 4, 6, 6), "D": _complex(g, 4, 6, 6), "w": _complex(g, 4)},
             lambda G, D, w: np.einsum('kij,k->ij', G * D, w)),

@@ -7,6 +7,7 @@ from .dace_compat.nparrays import numpy_array_functions as _numpy_array_function
 from .dace_compat.pyops import python_division as _python_division, sum_of_booleans_counts as _sum_of_booleans_counts
 from .dace_compat.tasklet_index import index_by_connector_dims as _index_by_connector_dims
 from .dace_compat.build import keep_special_values as _keep_special_values
+from .dace_compat.ordered import ordered_array_elimination as _ordered_array_elimination
 from .lowering.blas import NoBlasWarning
 from .values.schedule import Schedule
 from .analysis.kernels import MapInfo
@@ -35,3 +36,4 @@ _python_division()         # a // b and a % b in tasklets with Python's (NumPy's
 _sum_of_booleans_counts()  # np.sum of a bool array (also a.sum(axis=...)) counts (int64), as in NumPy
 _index_by_connector_dims()  # a tasklet's _w[p, q] on a plane of a (N, 1, H, W) array keeps both indices
 _keep_special_values()     # np.isnan / isinf tests survive -ffast-math in programs DaCe itself compiles too
+_ordered_array_elimination()  # simplify() rewrites a program the same way whatever PYTHONHASHSEED

@@ -75,7 +75,7 @@ def array_name(path: str, taken: set) -> str:
 class Argument:
     """One argument of the generated program and where its value comes from."""
     name: str
-    kind: str                 # "parameter" | "buffer" | "constant" | "input" | "target" | "state" | "lr" | "step"
+    kind: str                 # "parameter" | "buffer" | "constant" | "input" | "target" | "state" | "lr" | "step" | "seed"
     source: str               # state_dict key, input position, or "<param key>:<state key>"
     shape: Tuple[int, ...]
     dtype: np.dtype

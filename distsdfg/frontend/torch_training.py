@@ -254,7 +254,15 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
             args.append(Argument(name, "constant", node.target, tuple(shape), np.dtype(dtype)))
             values[name] = to_numpy(value, name).reshape(tuple(shape) or (1,))
             env[node] = Val(name, tuple(shape), np.dtype(dtype))
+    # Dropout draws from a counter-based generator (torch_random): this step's seed and its counter
+    step_name, seed_name = array_name("optim_step", taken), array_name("rng_seed", taken)
+    em.reserve(step_name)
+    em.reserve(seed_name)
+    em.random = (seed_name, step_name)
     outs = emit_graph(em, gm.graph, env)
+    if getattr(em, "draws", 0):
+        args.append(Argument(seed_name, "seed", "seed", (1,), np.dtype(np.int64)))
+        values[seed_name] = np.array([int(torch.randint(0, 2 ** 31 - 1, (1,)).item())], dtype=np.int64)
     loss, grads, new_bufs = outs[0], outs[1:1 + len(keys)], outs[1 + len(keys):]
     loss_out = output_vals(em, [loss], {a.name for a in args})
     # Buffers the forward updated (batch norm's running statistics): written back after the graph
@@ -264,7 +272,7 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
             em.elementwise(f"update_{b.name}", b.shape, b.dtype, [new], "a0", out=Val(b.name, b.shape, b.dtype))
 
     # Optimizer: a step counter, one learning rate per group, then one update kernel per parameter.
-    step_arg = Argument(array_name("optim_step", taken), "step", "step", (1,), np.dtype(np.float64))
+    step_arg = Argument(step_name, "step", "step", (1,), np.dtype(np.float64))
     args.append(step_arg)
     first_state = optimizer.state.get(next(iter(trained.values()), None), {}) if trained else {}
     values[step_arg.name] = np.array([float(first_state.get("step", 0.0))], dtype=np.float64)

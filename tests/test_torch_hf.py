@@ -123,6 +123,20 @@ def test_training_step_that_branches_on_a_value_is_refused_naming_the_line():
     assert "reads a tensor's value" in msg and "test_torch_hf.py" in msg and "if self.lin(x).sum() > 0" in msg, msg
 
 
+class ReadsAValueThenCummax(ReadsAValue):
+    def forward(self, x, mask):
+        return torch.cummax(super().forward(x, mask), dim=1)[0]
+
+
+def test_operator_without_translation_after_the_export_names_the_models_line():
+    m = ReadsAValueThenCummax()
+    with pytest.raises(distsdfg.DistributedLoweringError) as exc:
+        distsdfg.from_torch_train_step(m, F.mse_loss, torch.optim.SGD(m.parameters(), lr=0.1),
+                                       (torch.randn(2, 4, 6), torch.ones(2, 4)), torch.randn(2, 4, 3))
+    assert "aten.cummax" in str(exc.value) and "test_torch_hf.py" in str(exc.value), str(exc.value)
+    assert "return torch.cummax(super().forward(x, mask), dim=1)[0]" in str(exc.value), str(exc.value)
+
+
 # -- transformers -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name,mode,attn", [(n, m, a) for n in ("gpt2", "bert", "llama") for m, a in
@@ -130,8 +144,9 @@ def test_training_step_that_branches_on_a_value_is_refused_naming_the_line():
 def test_transformers_model_translates(name, mode, attn):
     pytest.importorskip("transformers")
     from distsdfg.testing.hf_run import program
-    _, prog, _ = program(name, mode, attn)
+    _, prog, args = program(name, mode, attn)
     assert len(distsdfg.maps(prog.sdfg)) > 20
+    prog.arguments(*args)       # labels -100 where the mask pads: ignored by the loss, not an index out of range
 
 
 @pytest.mark.parametrize("name", ["gpt2", "bert", "llama"])

@@ -277,8 +277,8 @@ def index_bounds(graph, names: Dict[object, str]) -> Dict[str, Tuple[int, Tuple[
     """Inputs that end up as indices: ``{argument: (rows, values allowed besides 0..rows-1)}``.
 
     An index reaches an embedding or gather through any chain of operators on integer tensors (not through
-    a floating one: ``gather(p, 1, p.argmax(1))`` bounds no input); values an input is compared against on
-    the way (cross-entropy's ``ignore_index``) are allowed too."""
+    a floating one: ``gather(p, 1, p.argmax(1))`` bounds no input); values compared against anywhere on
+    the way (cross-entropy's ``ignore_index``, also of labels padded and shifted first) are allowed too."""
     torch = torch_module()
     out: Dict[str, Tuple[int, Tuple[int, ...]]] = {}
     for node in graph.nodes:
@@ -286,7 +286,7 @@ def index_bounds(graph, names: Dict[object, str]) -> Dict[str, Tuple[int, Tuple[
         if spec is None:
             continue
         rows = int(spec[1](node))
-        seen, todo = set(), [node.args[spec[0]]]
+        seen, todo, inputs, allowed = set(), [node.args[spec[0]]], [], set()
         while todo:
             n = todo.pop()
             if not isinstance(n, torch.fx.Node) or n in seen:
@@ -295,13 +295,16 @@ def index_bounds(graph, names: Dict[object, str]) -> Dict[str, Tuple[int, Tuple[
             val = n.meta.get("val")
             if isinstance(val, torch.Tensor) and (val.dtype.is_floating_point or val.dtype.is_complex):
                 continue
+            # a value compared against anywhere on the way (labels padded, shifted, then tested for -100)
+            allowed |= {int(u.args[1]) for u in n.users if _op_key(u) in ("aten.ne.Scalar", "aten.eq.Scalar")
+                        and isinstance(u.args[1], int)}
             if n.op == "placeholder" and n in names:
-                allowed = {int(u.args[1]) for u in n.users if _op_key(u) in ("aten.ne.Scalar", "aten.eq.Scalar")
-                           and isinstance(u.args[1], int)}
-                old = out.get(names[n])
-                rows_n = min(rows, old[0]) if old else rows
-                out[names[n]] = (rows_n, tuple(sorted(allowed | set(old[1] if old else ()))))
+                inputs.append(n)
             todo.extend(n.all_input_nodes)
+        for n in inputs:
+            old = out.get(names[n])
+            rows_n = min(rows, old[0]) if old else rows
+            out[names[n]] = (rows_n, tuple(sorted(allowed | set(old[1] if old else ()))))
     return out
 
 

@@ -334,8 +334,21 @@ def _exported_step(module, loss_fn, xs, y, keys, fkeys, bkeys):
             f"the training step of {type(module).__name__} reads a tensor's value in Python (data-dependent "
             f"control flow), and torch.export could not trace it either: {exc}\nRewrite that line without "
             f"reading the value (torch.where instead of `if`), or compute the value outside the step") from exc
-    graph = ep.module()
-    names = [f"module.{k}" for k in keys], [f"module.{k}" for k in fkeys], [f"module.{k}" for k in bkeys]
+    class Replay(torch.nn.Module):
+        """The exported graph, run node by node with each node's source location kept (``_where``
+        then names the model's line, not the graph's generated code)."""
+
+        def __init__(self):
+            super().__init__()
+            self.graph = ep.module()
+
+        def forward(self, *args):
+            from torch.fx import traceback as fx_traceback
+            with fx_traceback.preserve_node_meta():
+                out = torch.fx.Interpreter(self.graph).run(*args)
+            return out[0] if isinstance(out, (list, tuple)) else out
+    graph = Replay()
+    names = tuple([f"graph.module.{k}" for k in ks] for ks in (keys, fkeys, bkeys))
 
     def step(tp, fp, bufs, xs_, y_):
         def loss_of(tp_):

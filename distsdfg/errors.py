@@ -22,6 +22,7 @@ __all__ = [
     "RewriteLimitError",
     "FrontendInvalidError",
     "ProgramParseError",
+    "PlanMismatchError",
 ]
 
 
@@ -117,3 +118,9 @@ class FrontendInvalidError(RewriteLimitError):
 class ProgramParseError(UnsupportedProgramError):
     """DaCe's frontend cannot parse the ``@dace.program`` (the message quotes the file, the line and its
     source, and what to write instead)."""
+
+
+class PlanMismatchError(DistributedLoweringError):
+    """The ranks lowered a program differently (another program, schedule or order of rewrites): every
+    rank raises it at ``compile``, naming the first difference, instead of running a plan the binary
+    rank 0 built does not have."""

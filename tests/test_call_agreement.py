@@ -1,4 +1,5 @@
-"""Ranks that disagree at a call fail on every rank within seconds, naming the disagreement; a rank
+"""Ranks that lowered a program differently fail at compile on every rank, naming the difference; ranks
+that disagree at a call fail on every rank within seconds, naming the disagreement; a rank
 left waiting for ranks that never call aborts the job, naming them (2-rank mpiexec jobs)."""
 import os
 import subprocess
@@ -52,3 +53,11 @@ def test_disagreeing_ranks_fail_everywhere_and_a_lonely_call_aborts(tmp_path, mo
         assert "rank 1 waited 6 s at the start of a call of `add`, and rank 0" in r.stderr, r.stderr[-2000:]
     else:
         assert "rank 0 waited 3 s at the start of a call of `add` for ranks [1], which never called it" in r.stderr
+
+
+def test_ranks_that_lowered_differently_fail_at_compile_on_every_rank(tmp_path):
+    r, logs = _job(tmp_path, "different-plans")
+    assert r.returncode == 0, r.stderr[-2000:]
+    for log in logs:        # the same named error on both ranks, before anything is built
+        assert "compile: PlanMismatchError: rank 1 lowered `add` differently from rank 0 (schedule" in log, log
+        assert "PYTHONHASHSEED" in log and "not aborted" in log, log

@@ -71,12 +71,12 @@ def test_unsupported_op_in_training_step_names_op_and_line():
                                        (torch.randn(2, 4),), torch.randn(2, 4))
 
 
-def test_random_dropout_in_training_step_is_refused():
+def test_dropout_in_training_step_draws_from_the_seeded_generator():
     model = gpt_model.tiny(fused_attention=True, dropout=0.1).double().train()
     idx = torch.zeros(2, 16, dtype=torch.long)
-    # nn.Dropout is the first random operator met; the message names the model's line, not torch's
-    with pytest.raises(distsdfg.DistributedLoweringError, match=r"gpt_model\.py\", line \d+.*drop"):
-        distsdfg.from_torch_train_step(model, gpt_run.last_loss, model.optimizer(), (idx, idx), idx)
+    # nn.Dropout and the attention's dropout: masks from the counter-based generator (tests/test_torch_dropout.py)
+    step = distsdfg.from_torch_train_step(model, gpt_run.last_loss, model.optimizer(), (idx, idx), idx)
+    assert "rng_seed" in step.sdfg.arrays and any(m.label.startswith("bernoulli") for m in distsdfg.maps(step.sdfg))
 
 
 # -- mpiexec tier ---------------------------------------------------------------------------------

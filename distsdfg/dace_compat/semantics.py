@@ -120,8 +120,9 @@ def with_numpy_semantics(func):
 
 def _builtin_fixes() -> List[Tuple[str, Callable[[Patches], None]]]:
     """The adapter's own fixes, in the order they apply."""
-    from . import build, debuginfo, npfuncs, nparrays, pyops, slices, tasklet_index
-    return [("debuginfo", debuginfo.install), ("slices", slices.install), ("numpy_functions", npfuncs.install),
+    from . import build, debuginfo, npfuncs, nparrays, ordered, pyops, slices, tasklet_index
+    return [("debuginfo", debuginfo.install), ("ordered_elimination", ordered.install),
+            ("slices", slices.install), ("numpy_functions", npfuncs.install),
             ("numpy_array_functions", nparrays.install), ("python_division", pyops.install_division),
             ("boolean_sums", pyops.install_sums), ("tasklet_index", tasklet_index.install),
             ("special_values", build.install_special_values)]

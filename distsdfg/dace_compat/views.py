@@ -138,7 +138,7 @@ def stepped_views(sdfg: SDFG) -> List[Tuple[str, str, str]]:
                 if isinstance(node, nodes.Tasklet):
                     for e in list(st.in_edges(node)) + list(st.out_edges(node)):
                         m = e.data
-                        if m.is_empty() or m.dynamic or m.subset is None or m.volume != 1:
+                        if m.is_empty() or m.dynamic or not hasattr(m.subset, "ranges") or m.volume != 1:
                             continue
                         if any(not _eq(b, en) or sympy.sympify(k) != 1 for b, en, k in m.subset.ranges):
                             out.append((m.data, f"map around `{node.label}`", str(m.subset)))
@@ -151,7 +151,7 @@ def stepped_views(sdfg: SDFG) -> List[Tuple[str, str, str]]:
                     if not isinstance(other, nodes.AccessNode) or isinstance(sd.arrays.get(other.data), dt.View):
                         continue
                     sub = e.data.subset if e.data.data == other.data else e.data.other_subset
-                    if sub is not None and any(sympy.sympify(s) != 1 for _, _, s in sub.ranges):
+                    if hasattr(sub, "ranges") and any(sympy.sympify(s) != 1 for _, _, s in sub.ranges):
                         out.append((other.data, f"view `{node.data}`", str(sub)))
                         break
     return out

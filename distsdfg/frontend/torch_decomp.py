@@ -1,6 +1,7 @@
 """Decompositions the PyTorch frontend adds to ``torch.export.default_decompositions()``.
 
-``xlogy`` (``F.kl_div``) without its NaN test: see ``_xlogy``.
+``xlogy`` (``F.kl_div``) without its NaN test: see ``_xlogy``. ``view`` of a tensor whose strides
+allow no view (after a decomposed ``scaled_dot_product_attention``): of a copy, see ``_view``.
 
 PyTorch's CPU ``F.scaled_dot_product_attention`` runs a fused kernel whose backward
 (``aten._scaled_dot_product_flash_attention_for_cpu_backward``) has no decomposition of its
@@ -70,10 +71,24 @@ def _xlogy(x, y):
     return torch.where(torch.isnan(y), y, torch.where(x == 0, torch.zeros_like(x * y), x * torch.log(y)))
 
 
+def _view(x, size):
+    """``x.view(size)`` of a tensor whose strides need no view (a contiguous one) as PyTorch does it, else
+    of a contiguous copy. The frontend computes values, not aliases, so the two are the same program;
+    but PyTorch's decomposition of ``F.scaled_dot_product_attention`` leaves its output with other
+    strides than the fused kernel's, and a model's ``out.transpose(1, 2).reshape(...).view(-1, E)``
+    (GPT-2's attention) would fail there ("Cannot view a tensor with shape ... and strides ...")."""
+    import torch
+    if x.is_contiguous():
+        return NotImplemented       # PyTorch's own view
+    return torch.ops.aten.clone.default(x, memory_format=torch.contiguous_format).view(size)
+
+
 def _with_own(table: dict) -> dict:
-    """``table`` with ``_xlogy`` for ``aten.xlogy.Tensor`` (its scalar overloads decompose into it)."""
+    """``table`` with ``_xlogy`` for ``aten.xlogy.Tensor`` (its scalar overloads decompose into it) and
+    ``_view`` for ``aten.view.default``."""
     import torch
     table[torch.ops.aten.xlogy.Tensor] = _xlogy
+    table[torch.ops.aten.view.default] = _view
     return table
 
 

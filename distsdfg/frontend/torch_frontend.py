@@ -76,7 +76,7 @@ def array_name(path: str, taken: set) -> str:
 class Argument:
     """One argument of the generated program and where its value comes from."""
     name: str
-    kind: str                 # "parameter" | "buffer" | "constant" | "input" | "target" | "state" | "lr" | "step"
+    kind: str                 # "parameter" | "buffer" | "constant" | "input" | "target" | "state" | "lr" | "step" | "seed"
     source: str               # state_dict key, input position, or "<param key>:<state key>"
     shape: Tuple[int, ...]
     dtype: np.dtype
@@ -278,8 +278,8 @@ def index_bounds(graph, names: Dict[object, str]) -> Dict[str, Tuple[int, Tuple[
     """Inputs that end up as indices: ``{argument: (rows, values allowed besides 0..rows-1)}``.
 
     An index reaches an embedding or gather through any chain of operators on integer tensors (not through
-    a floating one: ``gather(p, 1, p.argmax(1))`` bounds no input); values an input is compared against on
-    the way (cross-entropy's ``ignore_index``) are allowed too."""
+    a floating one: ``gather(p, 1, p.argmax(1))`` bounds no input); values compared against anywhere on
+    the way (cross-entropy's ``ignore_index``, also of labels padded and shifted first) are allowed too."""
     torch = torch_module()
     out: Dict[str, Tuple[int, Tuple[int, ...]]] = {}
     for node in graph.nodes:
@@ -287,7 +287,7 @@ def index_bounds(graph, names: Dict[object, str]) -> Dict[str, Tuple[int, Tuple[
         if spec is None:
             continue
         rows = int(spec[1](node))
-        seen, todo = set(), [node.args[spec[0]]]
+        seen, todo, inputs, allowed = set(), [node.args[spec[0]]], [], set()
         while todo:
             n = todo.pop()
             if not isinstance(n, torch.fx.Node) or n in seen:
@@ -296,13 +296,16 @@ def index_bounds(graph, names: Dict[object, str]) -> Dict[str, Tuple[int, Tuple[
             val = n.meta.get("val")
             if isinstance(val, torch.Tensor) and (val.dtype.is_floating_point or val.dtype.is_complex):
                 continue
+            # a value compared against anywhere on the way (labels padded, shifted, then tested for -100)
+            allowed |= {int(u.args[1]) for u in n.users if _op_key(u) in ("aten.ne.Scalar", "aten.eq.Scalar")
+                        and isinstance(u.args[1], int)}
             if n.op == "placeholder" and n in names:
-                allowed = {int(u.args[1]) for u in n.users if _op_key(u) in ("aten.ne.Scalar", "aten.eq.Scalar")
-                           and isinstance(u.args[1], int)}
-                old = out.get(names[n])
-                rows_n = min(rows, old[0]) if old else rows
-                out[names[n]] = (rows_n, tuple(sorted(allowed | set(old[1] if old else ()))))
+                inputs.append(n)
             todo.extend(n.all_input_nodes)
+        for n in inputs:
+            old = out.get(names[n])
+            rows_n = min(rows, old[0]) if old else rows
+            out[names[n]] = (rows_n, tuple(sorted(allowed | set(old[1] if old else ()))))
     return out
 
 

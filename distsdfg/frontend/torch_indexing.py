@@ -1,7 +1,7 @@
 """Index-valued and scatter operators of the PyTorch frontend.
 
 ``embedding``, ``gather``, ``scatter`` of a value (one index per row), ``arange``, advanced
-indexing with one index tensor (``x[:, [-1], :]``), ``index_put`` with accumulation (the
+indexing with integer index tensors (``x[:, [-1], :]``, ``mask[b, None, q, kv]``), ``index_put`` with accumulation (the
 embedding backward), ``slice_scatter`` / ``select_scatter`` (backward of
 slices), ``clamp`` and ``any``. Same contract as ``torch_ops``: each emitter writes lines of
 the generated ``@dace.program`` and returns a ``Val``.
@@ -105,20 +105,48 @@ def _single_index(args, what):
     return src, dim, idx
 
 
+def _index_dims(src_nd: int, indices) -> tuple:
+    """Where advanced indexing puts its dims (PyTorch's, NumPy's rule): ``(used, bshape, first)`` with
+    ``used`` the indexed dims of the source, ``bshape`` the index tensors' broadcast shape and
+    ``first`` the output position of its first dim: where the indexed dims were when they are
+    adjacent (``x[:, i, j]``), else 0 (``x[i, :, j]``: the broadcast dims lead)."""
+    used = [d for d, t in enumerate(indices) if t is not None]
+    bshape = tuple(np.broadcast_shapes(*(tuple(indices[d].shape) for d in used)))
+    adjacent = used == list(range(used[0], used[-1] + 1))
+    return used, bshape, (used[0] if adjacent else 0)
+
+
 def _index(em, name, meta, args, kwargs):
-    """``x[..., idx, ...]`` with one integer index tensor: output dims are x's before the
-    indexed dim, idx's dims, then x's after it."""
+    """``x[idx0, :, idx2, ...]`` with integer index tensors (``None`` for ``:``), broadcast together:
+    one kernel over the output whose tasklet reads the source at the indexed position (negative
+    indices wrap, out-of-range ones are clamped)."""
     shape, dtype = meta[0]
-    src, dim, idx = _single_index(args, "indexing")
-    src, idx = em.materialize(src, name + "_src"), em.materialize(idx, name + "_idx")
-    k = len(idx.shape)
+    src = args[0]
+    indices = list(args[1]) + [None] * (len(src.shape) - len(args[1]))
+    for t in indices:
+        if t is not None and (not isinstance(t, Val) or np.dtype(t.dtype).kind not in "iu"):
+            raise UnsupportedOpError(f"indexing with a {getattr(t, 'dtype', type(t).__name__)} index: only integer "
+                                     f"index tensors are supported (a boolean mask selects a data-dependent number "
+                                     f"of elements; write torch.where(mask, x, 0) instead)")
+    used, bshape, first = _index_dims(len(src.shape), indices)
+    src = em.materialize(src, name + "_src")
     out = em.empty(name, shape, dtype)
-    iidx = ", ".join(f"i{dim + d}" for d in range(k)) if k else "0"
-    sub = [f"i{d}" for d in range(dim)] + [f"0:{src.shape[dim]}"] + \
-          [f"i{dim + k + d}" for d in range(len(src.shape) - dim - 1)]
-    em.kernel(out.name[2:], shape, [("_t", idx.name, iidx), ("_w", src.name, ", ".join(sub))],
-              [("_o", out.name, broadcast_index(shape, shape))],
-              f"_o = _w[{_wrapped('_t', src.shape[dim], idx.dtype)}]")
+    k = len(bshape)
+    # output position of each source dim that is not indexed
+    rest = [d for d in range(len(src.shape)) if d not in used]
+    at = {d: (j if j < first else j + k) for j, d in enumerate(rest)}
+    reads, picks = [], []
+    for n, d in enumerate(used):
+        t = em.materialize(indices[d], f"{name}_idx{n}")
+        off = k - len(t.shape)
+        sub = ", ".join("0" if (s == 1 and bshape[off + e] != 1) else f"i{first + off + e}"
+                        for e, s in enumerate(t.shape)) or "0"
+        reads.append((f"_t{n}", t.name, sub))
+        picks.append(_wrapped(f"_t{n}", src.shape[d], t.dtype))
+    wsub = ", ".join(f"0:{src.shape[d]}" if d in used else f"i{at[d]}" for d in range(len(src.shape)))
+    reads.append(("_w", src.name, wsub))
+    em.kernel(out.name[2:], shape, reads, [("_o", out.name, broadcast_index(shape, shape))],
+              f"_o = _w[{', '.join(picks)}]")
     return out
 
 
@@ -194,6 +222,26 @@ def _select_scatter(em, name, meta, args, kwargs):
     return _scatter_into(em, name, shape, dtype, base, src, index_of)
 
 
+def _pad(em, name, meta, args, kwargs):
+    """``F.pad(x, (lo_last, hi_last, lo_prev, hi_prev, ...), value=v)`` (``constant_pad_nd``; negative
+    pads crop): each output element reads its source element where there is one, else ``v``."""
+    shape, dtype = meta[0]
+    src = em.materialize(args[0], name + "_src")
+    pads = list(args[1])
+    value = args[2] if len(args) > 2 else kwargs.get("value", 0)
+    nd = len(shape)
+    lo = {nd - 1 - k: pads[2 * k] for k in range(len(pads) // 2)}
+    padded = [d for d in range(nd) if d in lo]
+    out = em.empty(name, shape, dtype)
+    wsub = ", ".join(f"0:{src.shape[d]}" if d in lo else f"i{d}" for d in range(nd))
+    at = [f"i{d} - {lo[d]}" if lo[d] else f"i{d}" for d in padded]
+    inside = " and ".join(f"{a} >= 0 and {a} < {src.shape[d]}" for a, d in zip(at, padded))
+    clamped = ", ".join(f"min(max({a}, 0), {src.shape[d] - 1})" for a, d in zip(at, padded))
+    em.kernel(out.name[2:], shape, [("_w", src.name, wsub)], [("_o", out.name, broadcast_index(shape, shape))],
+              f"_o = (_w[{clamped}] if {inside} else {literal(value, dtype)})")
+    return out
+
+
 def _clamp(em, name, meta, args, kwargs):
     shape, dtype = meta[0]
     lo = args[1] if len(args) > 1 else kwargs.get("min")
@@ -231,6 +279,6 @@ INDEXING_EMITTERS: Dict[str, Callable] = {
     "aten.arange.start_step": _arange, "aten.arange.start": _arange, "aten.arange.default": _arange,
     "aten.index.Tensor": _index, "aten.index_put.default": _index_put, "aten._unsafe_index_put.default": _index_put,
     "aten.slice_scatter.default": _slice_scatter, "aten.select_scatter.default": _select_scatter,
-    "aten.clamp.default": _clamp, "aten.any.dim": _any, "aten.any.dims": _any, "aten.any.default": _any,
+    "aten.constant_pad_nd.default": _pad, "aten.clamp.default": _clamp, "aten.any.dim": _any, "aten.any.dims": _any, "aten.any.default": _any,
     "aten._assert_tensor_metadata.default": _no_op,
 }

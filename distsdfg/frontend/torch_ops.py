@@ -477,3 +477,5 @@ from .torch_scans import SCAN_EMITTERS  # noqa: E402
 
 EMITTERS.update(CONV_EMITTERS)
 EMITTERS.update(SCAN_EMITTERS)
+from .torch_random import RANDOM_EMITTERS  # noqa: E402
+EMITTERS.update(RANDOM_EMITTERS)

@@ -189,13 +189,23 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
         return (loss, *grads, *new_bufs)
 
     detach = lambda d: tuple(v.detach() for v in d.values())  # noqa: E731
-    try:
+
+    def trace(step_fn):
         # functionalize: decompositions (silu's and label smoothing's backward) and modules
         # (nn.MultiheadAttention's in-projection) write temporaries in place (`copy_`, `add_`, views of
         # them); the emitters translate value semantics only, so mutations become out-of-place operators
-        gm = make_fx(torch.func.functionalize(step, remove="mutations"), decomposition_table=train_decompositions(),
-                     record_stack_traces=True)(
+        return make_fx(torch.func.functionalize(step_fn, remove="mutations"), decomposition_table=train_decompositions(),
+                       record_stack_traces=True)(
             detach(trained), detach(frozen), detach(buffers), tuple(t.detach() for t in xs), y.detach())
+    try:
+        try:
+            gm = trace(step)
+        except Exception as exc:
+            if "_local_scalar_dense" not in str(exc):
+                raise
+            # The model's Python read a tensor's value (transformers' mask builders test `mask.all()` unless
+            # they see an export): the forward and loss through torch.export first, then the same trace
+            gm = trace(_exported_step(module, loss_fn, xs, y, keys, fkeys, bkeys))
     except TorchFrontendError:
         raise
     except Exception as exc:
@@ -244,7 +254,15 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
             args.append(Argument(name, "constant", node.target, tuple(shape), np.dtype(dtype)))
             values[name] = to_numpy(value, name).reshape(tuple(shape) or (1,))
             env[node] = Val(name, tuple(shape), np.dtype(dtype))
+    # Dropout draws from a counter-based generator (torch_random): this step's seed and its counter
+    step_name, seed_name = array_name("optim_step", taken), array_name("rng_seed", taken)
+    em.reserve(step_name)
+    em.reserve(seed_name)
+    em.random = (seed_name, step_name)
     outs = emit_graph(em, gm.graph, env)
+    if getattr(em, "draws", 0):
+        args.append(Argument(seed_name, "seed", "seed", (1,), np.dtype(np.int64)))
+        values[seed_name] = np.array([int(torch.randint(0, 2 ** 31 - 1, (1,)).item())], dtype=np.int64)
     loss, grads, new_bufs = outs[0], outs[1:1 + len(keys)], outs[1 + len(keys):]
     loss_out = output_vals(em, [loss], {a.name for a in args})
     # Buffers the forward updated (batch norm's running statistics): written back after the graph
@@ -254,7 +272,7 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
             em.elementwise(f"update_{b.name}", b.shape, b.dtype, [new], "a0", out=Val(b.name, b.shape, b.dtype))
 
     # Optimizer: a step counter, one learning rate per group, then one update kernel per parameter.
-    step_arg = Argument(array_name("optim_step", taken), "step", "step", (1,), np.dtype(np.float64))
+    step_arg = Argument(step_name, "step", "step", (1,), np.dtype(np.float64))
     args.append(step_arg)
     first_state = optimizer.state.get(next(iter(trained.values()), None), {}) if trained else {}
     values[step_arg.name] = np.array([float(first_state.get("step", 0.0))], dtype=np.float64)
@@ -291,6 +309,55 @@ def from_torch_train_step(module, loss_fn, optimizer, example_inputs, example_ta
         em.kernel(f"{kind.lower()}_{p.name}", p.shape, _private(reads), _private(writes), _private_code(code))
     names = {node: env[node].name for node in placeholders}
     return finish_program("torchstep", module, em, args, loss_out, values, True, index_bounds(gm.graph, names))
+
+
+def _exported_step(module, loss_fn, xs, y, keys, fkeys, bkeys):
+    """The training step's function (as ``from_torch_train_step``'s ``step``) over ``torch.export``'s graph of
+    ``loss_fn(module(*xs), y)``: Python that reads a tensor's value while the model runs (an ``if mask.all():``
+    shortcut, a count read with ``.item()``) is evaluated by the export as it would be in any exported model:
+    code that checks ``torch.compiler.is_exporting()`` takes its tracing path, and a branch that truly depends
+    on a value is refused by the export, naming the model's line."""
+    torch = torch_module()
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.module = module
+
+        def forward(self, *args):
+            return loss_fn(self.module(*args[:-1]), args[-1])
+
+    try:
+        ep = torch.export.export(WithLoss(), tuple(xs) + (y,), strict=False)
+    except Exception as exc:
+        raise TorchFrontendError(
+            f"the training step of {type(module).__name__} reads a tensor's value in Python (data-dependent "
+            f"control flow), and torch.export could not trace it either: {exc}\nRewrite that line without "
+            f"reading the value (torch.where instead of `if`), or compute the value outside the step") from exc
+    class Replay(torch.nn.Module):
+        """The exported graph, run node by node with each node's source location kept (``_where``
+        then names the model's line, not the graph's generated code)."""
+
+        def __init__(self):
+            super().__init__()
+            self.graph = ep.module()
+
+        def forward(self, *args):
+            from torch.fx import traceback as fx_traceback
+            with fx_traceback.preserve_node_meta():
+                out = torch.fx.Interpreter(self.graph).run(*args)
+            return out[0] if isinstance(out, (list, tuple)) else out
+    graph = Replay()
+    names = tuple([f"graph.module.{k}" for k in ks] for ks in (keys, fkeys, bkeys))
+
+    def step(tp, fp, bufs, xs_, y_):
+        def loss_of(tp_):
+            own = tuple(b.clone() for b in bufs)
+            state = {**dict(zip(names[0], tp_)), **dict(zip(names[1], fp)), **dict(zip(names[2], own))}
+            return torch.func.functional_call(graph, state, tuple(xs_) + (y_,)), own
+        grads, (loss, new_bufs) = torch.func.grad_and_value(loss_of, has_aux=True)(tp)
+        return (loss, *grads, *new_bufs)
+    return step
 
 
 def zero_shardings(sdfg, batch_shardings, nprocs: int) -> dict:

@@ -28,6 +28,7 @@ from ..config import STEP_TIMES, TRACE_FILE
 from .trace import TraceFile
 from .builds import build, load_build
 from .callsync import CallStart
+from .fingerprint import check_same_plan
 from .device_arrays import back_to_device, is_array, is_cupy, on_device, to_host, wait_for_callers_stream
 from .root_args import RootArguments, check_blocks, replica_values, unequal_replicas
 from ..solver.solve import lowered_of, solve_homes, solve_plan, symbol_values
@@ -445,6 +446,7 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
     shown = verbose          # progress (None: $DISTSDFG_PROGRESS); True also logs the build's steps
     if verbose is None:
         verbose = os.environ.get("DISTSDFG_VERBOSE", "0") not in ("", "0")
+    check_same_plan(comm, sdfg, lowered_of(sdfg))      # every rank raises if any rank lowered it otherwise
     folder, error = None, None
     compiled = None
     if comm.rank == 0:

@@ -1,6 +1,6 @@
 """Ranks that disagree at a call (run under mpiexec -n 2): each rank writes what it saw to OUT/rankR.txt.
 
-    python call_disagreements.py OUT MODE      MODE: agree-then-rank1-alone | rank0-alone
+    python call_disagreements.py OUT MODE      MODE: agree-then-rank1-alone | rank0-alone | different-plans
 """
 import os
 import sys
@@ -25,6 +25,14 @@ def main(out, mode):
     rank = comm.rank
     log = open(os.path.join(out, f"rank{rank}.txt"), "w", buffering=1)
     sdfg = add.to_sdfg()
+    if mode == "different-plans":       # rank 1 splits the map in one part, rank 0 in two
+        distsdfg.lower(sdfg, {distsdfg.maps(sdfg)[0].key: (2,) if rank == 0 else (1,)})
+        try:
+            distsdfg.compile(sdfg)
+        except distsdfg.DistributedLoweringError as exc:
+            log.write(f"compile: {type(exc).__name__}: {exc}\n")
+        log.write("not aborted\n")
+        return
     distsdfg.lower(sdfg, {distsdfg.maps(sdfg)[0].key: (2,)})
     fn = distsdfg.compile(sdfg)
     A, B, C = np.arange(10.0), np.ones(10), np.zeros(10)

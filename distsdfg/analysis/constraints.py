@@ -366,8 +366,7 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
                             single = propagate_box([w], desc, m.info.params, clamped)
                             if _exact(w, m.info.params) and _same_box(single, box):
                                 rec["plain_exact"].append(box)
-                            elif (w.dynamic and _exact(w, m.info.params, conditional=True)
-                                  and _same_box(single, box)):
+                            elif conditional_write(w, m.info.params) and _same_box(single, box):
                                 rec["conditional"].append(box)
                     rec["exact"].append(any(_exact(w, m.info.params) and w.wcr is None for w in memlets)
                                         or all(w.wcr is not None for w in memlets))

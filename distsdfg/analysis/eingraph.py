@@ -188,8 +188,7 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
                 if memlets:
                     labels = tuple(dim_params(memlets[0], params))
                     sink.append(Operand(arr, labels, shape, item))
-            if not a.reads and a.writes and all(w.wcr is None and w.dynamic and conditional_write(w, params)
-                                                for w in a.writes):
+            if not a.reads and a.writes and all(conditional_write(w, params) for w in a.writes):
                 # a write under a condition reads its block's current value first (constraints)
                 ins.append(Operand(arr, tuple(dim_params(a.writes[0], params)), shape, item))
             if any(w.wcr is not None for w in a.writes):

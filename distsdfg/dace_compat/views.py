@@ -140,7 +140,7 @@ def stepped_views(sdfg: SDFG) -> List[Tuple[str, str, str]]:
                         m = e.data
                         if m.is_empty() or m.dynamic or not hasattr(m.subset, "ranges") or m.volume != 1:
                             continue
-                        if any(not _eq(b, en) or sympy.sympify(k) != 1 for b, en, k in m.subset.ranges):
+                        if any(sympy.sympify(k) != 1 or (b != en and not _eq(b, en)) for b, en, k in m.subset.ranges):
                             out.append((m.data, f"map around `{node.label}`", str(m.subset)))
                     continue
                 desc = sd.arrays.get(node.data) if isinstance(node, nodes.AccessNode) else None

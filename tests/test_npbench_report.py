@@ -141,3 +141,24 @@ def test_speed_report_table_ratios_and_summary():
     assert "above 1.3: atax" in text                       # 60 / 40
     assert "above 1.0: 0 of 2" in text
     assert "compute-bound kernels (root placement): geomean 0.55" in text
+
+
+def test_dace_alone_loads_the_corpus_without_the_package(tmp_path):
+    """``benchmarks/dace_alone.py`` times DaCe alone in a process that never imports distsdfg: it loads
+    ``distsdfg/testing/npbench.py`` as a plain file, so that module imports nothing of the package at its top."""
+    import os
+    import subprocess
+    import sys
+    root = _fake(tmp_path)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.join(repo, 'benchmarks')!r})
+        import dace_alone
+        bench = dace_alone.bench_of({{"kind": "npbench", "root": {root!r}, "name": "scale", "sizes": {{"N": 8}}}})
+        assert "distsdfg" not in sys.modules, sorted(m for m in sys.modules if m.startswith("distsdfg"))
+        print(bench.name, bench.sizes())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[0] == "scale"

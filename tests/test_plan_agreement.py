@@ -72,6 +72,21 @@ def test_a_rank_with_another_plan_gets_an_error_naming_the_difference():
     assert "rank 0: StepSpec(" in msg and "rank 1: StepSpec(" in msg and "PYTHONHASHSEED" in msg, msg
 
 
+def test_transients_inside_the_binary_do_not_count_but_arguments_and_symbols_do():
+    """Every rank runs rank 0's binary: a transient no step touches (shaped by DaCe's map fusion, which
+    may differ from one process to the next) changes nothing a rank does; an argument or a symbol does."""
+    a, low_a = _lowered((2, 1, 1))
+    b, low_b = _lowered((2, 1, 1))
+    b.add_transient("__inner_tmp", [1, 1, 1], dace.float64)
+    assert first_difference(plan_parts(a, low_a), plan_parts(b, low_b)) is None
+    c, low_c = _lowered((2, 1, 1))
+    c.add_array("__extra_arg", [N], dace.float64)
+    assert first_difference(plan_parts(a, low_a), plan_parts(c, low_c)) == "arrays"
+    d, low_d = _lowered((2, 1, 1))
+    d.add_transient("__sized_tmp", [dace.symbol("__other_size")], dace.float64)
+    assert first_difference(plan_parts(a, low_a), plan_parts(d, low_d)) == "arrays"
+
+
 _FINGERPRINT = """
 import torch, distsdfg
 from distsdfg.runtime.fingerprint import fingerprint

@@ -101,6 +101,13 @@ class KernelPlan:
         return tile_subset(amap.info.ranges, grid, syms, clamp=clamp)
 
 
+def _by_name(expr) -> sympy.Expr:
+    """``expr`` with its symbols told apart by name only: a range ``j:j + 1`` from DaCe's frontend may
+    carry two symbol objects named ``j`` (other assumptions) that sympy holds different."""
+    expr = sympy.sympify(expr)
+    return expr.xreplace({x: symbolic.symbol(x.name) for x in expr.free_symbols if isinstance(x, sympy.Symbol)})
+
+
 def _exact(memlet: dace.Memlet, params: Sequence[str], conditional: bool = False) -> bool:
     """Whether propagating ``memlet`` over a box of ``params`` gives exactly the elements written
     (``conditional``: would give them, were the write not conditional: a dynamic memlet whose
@@ -116,7 +123,7 @@ def _exact(memlet: dace.Memlet, params: Sequence[str], conditional: bool = False
     pset = {symbolic.pystr_to_symbolic(p) for p in params}
     used = set()
     for b, e, s in memlet.subset.ndrange():
-        b, e = sympy.sympify(b), sympy.sympify(e)
+        b, e = _by_name(b), _by_name(e)
         fs = (b.free_symbols | e.free_symbols) & pset
         if not fs:
             if s != 1:
@@ -136,6 +143,35 @@ def conditional_write(memlet: dace.Memlet, params: Sequence[str]) -> bool:
     """A write under a condition (a dynamic memlet) at an index that is a permutation of ``params``:
     it writes some elements of its rank's block, and the kernel reads the block first."""
     return memlet.dynamic and memlet.wcr is None and _exact(memlet, params, conditional=True)
+
+
+def partial_plain_write(memlet: dace.Memlet, params: Sequence[str]) -> bool:
+    """A plain write that may leave elements of its box unwritten: under a condition, or a nested
+    SDFG's memlet wider than what its body writes (``out[0:N, 0:H, j, 0:C]`` for a body that writes
+    the row ``i`` of an outer loop). Split so that the ranks' boxes are disjoint
+    (``disjoint_boxes``), each rank reads its block first, and the block it then holds is exact."""
+    return memlet.wcr is None and not _exact(memlet, params)
+
+
+def disjoint_boxes(memlet: dace.Memlet, params: Sequence[str], grid: Sequence[int]) -> bool:
+    """Every parameter ``grid`` splits is alone (coefficient 1 or -1, plus a constant) the index of
+    one dimension of ``memlet``: the boxes that two ranks' iterations write share no element, so
+    a rank's block is its own whatever the body writes inside it. False with no split parameter
+    (every rank of a wider kernel grid would write the same box)."""
+    pset = {symbolic.pystr_to_symbolic(p) for p in params}
+    split = [symbolic.pystr_to_symbolic(p) for p, g in zip(params, grid) if g > 1]
+    if not split:
+        return False
+    lone = set()
+    for b, e, _ in memlet.subset.ndrange():
+        b, e = _by_name(b), _by_name(e)
+        fs = (b.free_symbols | e.free_symbols) & pset
+        if len(fs) == 1 and _same(b, e):
+            p = next(iter(fs))
+            if sympy.expand(b).coeff(p) in (1, -1) and not (sympy.expand(b - sympy.expand(b).coeff(p) * p).free_symbols
+                                                             & pset):
+                lone.add(p)
+    return all(p in lone for p in split)
 
 
 def unreduced_params(m: AnalysedMap) -> Dict[str, Tuple[str, dace.Memlet]]:
@@ -366,7 +402,10 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
                             single = propagate_box([w], desc, m.info.params, clamped)
                             if _exact(w, m.info.params) and _same_box(single, box):
                                 rec["plain_exact"].append(box)
-                            elif conditional_write(w, m.info.params) and _same_box(single, box):
+                            elif _same_box(single, box) and (
+                                    conditional_write(w, m.info.params) or (
+                                        partial_plain_write(w, m.info.params)
+                                        and disjoint_boxes(w, m.info.params, plan.map_grids[m.info.key]))):
                                 rec["conditional"].append(box)
                     rec["exact"].append(any(_exact(w, m.info.params) and w.wcr is None for w in memlets)
                                         or all(w.wcr is not None for w in memlets))

@@ -16,7 +16,7 @@ import numpy as np
 from dace.sdfg import SDFG
 
 from .. import dace_compat as dc
-from .constraints import conditional_write, unreduced_params
+from .constraints import partial_plain_write, unreduced_params
 from ..errors import SymbolicSizeError
 from .kernels import find_kernels, normalise
 from .memlets import dim_params
@@ -188,8 +188,8 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
                 if memlets:
                     labels = tuple(dim_params(memlets[0], params))
                     sink.append(Operand(arr, labels, shape, item))
-            if not a.reads and a.writes and all(conditional_write(w, params) for w in a.writes):
-                # a write under a condition reads its block's current value first (constraints)
+            if not a.reads and a.writes and all(partial_plain_write(w, params) for w in a.writes):
+                # a write that may leave elements of its block unwritten reads the block first (constraints)
                 ins.append(Operand(arr, tuple(dim_params(a.writes[0], params)), shape, item))
             if any(w.wcr is not None for w in a.writes):
                 partial = True

@@ -39,14 +39,21 @@ _SHOW = 400     # characters of an entry quoted in the error
 
 def plan_parts(sdfg: SDFG, low: Lowered) -> Dict[str, Tuple[str, ...]]:
     """The lowering of ``sdfg`` as text, part by part (``PARTS``): what a rank plans and calls with."""
-    arrays = tuple(sorted(f"{n}: {type(d).__name__} {d.dtype.to_string()} {tuple(map(str, d.shape))}"
-                          f"{' transient' if d.transient else ''}" for n, d in sdfg.arrays.items()))
-    nodes = []
+    nodes, stepped = [], set()
     for sd in sdfg.all_sdfgs_recursive():
         for state in sd.states():
             for node in state.nodes():
                 if isinstance(node, DistributedMemlet):
                     nodes.append(f"{sd.name}/{state.label}: {node.label} runs step {node.step}")
+                    if sd is sdfg:
+                        stepped |= {e.data.data for e in state.all_edges(node) if e.data.data is not None}
+    # The arrays a rank passes or its steps fill and read. Other transients live inside rank 0's
+    # binary, which every rank runs: DaCe's own rewrites (map fusion in ``auto_optimize``) may shape
+    # them differently from one process to the next, and that changes nothing a rank does.
+    arrays = tuple(sorted(f"{n}: {type(d).__name__} {d.dtype.to_string()} {tuple(map(str, d.shape))}"
+                          f"{' transient' if d.transient else ''}" for n, d in sdfg.arrays.items()
+                          if not d.transient or n in stepped)
+                   ) + tuple(f"symbol {s}" for s in sorted(map(str, sdfg.free_symbols)))
     return {
         "schedule": (low.schedule.to_json(),),
         "kernels": tuple(repr(k) for k in low.kernels),

@@ -22,6 +22,7 @@ from .dace_compat.fusion import copy_into
 from .errors import DistributedLoweringError, LoweredStateError
 from .solver.report import comm_plans, comm_report
 from .runtime.program import DistributedProgram, comm_of, compile_distributed
+from .values.modes import Buffers, Target
 from .values.schedule import Schedule, ScheduleLike, as_schedule, resolve_names
 from .solver.solve import lowered_of
 from .dace_compat.semantics import with_numpy_semantics
@@ -52,7 +53,7 @@ def main_maps(sdfg: SDFG):
 
 @with_numpy_semantics
 def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[int] = None,
-          target: str = "cpu", plan_options: Optional[dict] = None, placement=None,
+          target: Union[Target, str] = Target.CPU, plan_options: Optional[dict] = None, placement=None,
           cuda_aware_mpi: bool = False, optimize: Optional[bool] = None, verbose: Optional[bool] = None) -> SDFG:
     """Lower ``sdfg`` in place to an SPMD program that follows ``schedule``; returns ``sdfg``.
 
@@ -77,11 +78,10 @@ def lower(sdfg: SDFG, schedule: Union[ScheduleLike, str], *, nprocs: Optional[in
     (``distsdfg.runtime.progress``); ``verbose=False`` or ``DISTSDFG_PROGRESS=0`` turns that off.
     """
     require_sdfg(sdfg, "distsdfg.lower")
-    if target not in ("cpu", "gpu"):
-        raise OptionError(f"target {target!r} is not supported; use 'cpu' or 'gpu'")
-    if cuda_aware_mpi and target != "gpu":
+    target = Target.parse(target, what="target")
+    if cuda_aware_mpi and target != Target.GPU:
         raise OptionError("cuda_aware_mpi=True hands GPU buffers to MPI: it needs target='gpu'")
-    comm = "device" if cuda_aware_mpi else "host"
+    comm = Buffers.DEVICE if cuda_aware_mpi else Buffers.HOST
     if isinstance(schedule, (str, os.PathLike)) and str(schedule).endswith(".json"):
         schedule = _schedule_file(schedule)
     if isinstance(schedule, str):

@@ -22,7 +22,7 @@ UNIT_FILES = frozenset({
     "test_schedule.py", "test_constraints.py", "test_comm_report.py", "test_inspector.py", "test_redistribute.py",
     "test_planner.py", "test_scale.py", "test_optimize.py", "test_cache.py", "test_progress.py",
     "test_structure.py", "test_dace_slices.py", "test_notation.py", "test_npbench_report.py", "test_loopmaps.py",
-    "test_parse_errors.py", "test_import_neutrality.py",
+    "test_parse_errors.py", "test_import_neutrality.py", "test_codes.py",
 })
 
 

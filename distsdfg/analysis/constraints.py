@@ -15,6 +15,7 @@ from ..dace_compat.source import named
 from .kernels import Access, AnalysedMap, Kernel
 from .memlets import dim_params as _dim_params
 from .tiling import rank_symbol, tile_subset
+from ..values.modes import KernelKind
 
 __all__ = ["Box", "ArrayConstraint", "KernelPlan", "kernel_constraints", "box_str", "padded_axes"]
 
@@ -249,7 +250,7 @@ def _resolve_grids(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]):
         given = schedule.get(m.info.key)
         # A library node's helper map (``reduce_init_map``, ``gemm_init_map``) has one correct grid, the
         # one its main map implies: it takes that grid whatever the schedule gives it.
-        if given is not None and tuple(given) != implied and kernel.kind != "library":
+        if given is not None and tuple(given) != implied and kernel.kind != KernelKind.LIBRARY:
             raise ScheduleError(
                 f"inconsistent schedule inside `{kernel.label}`: {named(m.info.key, m.info.source)} has grid {tuple(given)} but "
                 f"map `{driver.info.key}` with grid {grid} needs it to be {implied} (both touch the same "
@@ -443,7 +444,7 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
 
     # Library nodes run on whole local blocks: a split reduction axis that the grid does not divide
     # leaves padding in the inputs' buffers, which the lowering fills with the operator's identity.
-    if kernel.kind == "library":
+    if kernel.kind == KernelKind.LIBRARY:
         even = []
         dparams = driver.info.params
         written_axes = set()

@@ -22,6 +22,7 @@ from .kernels import find_kernels, normalise
 from .memlets import dim_params
 from .controlflow import loop_trips
 from ..values.plan import evaluate, given_values
+from ..values.modes import KernelKind
 from .tiling import iterations, rough_work
 
 __all__ = ["Operand", "Vertex", "Edge", "EinGraph", "build_graph"]
@@ -45,7 +46,7 @@ class Vertex:
     index: int
     key: str                              # the schedule key of the driver map
     label: str                            # the kernel's label
-    kind: str                             # "map" | "library"
+    kind: KernelKind                      # a map or a library node
     labels: Tuple[str, ...]
     bounds: Tuple[int, ...]
     inputs: List[Operand]
@@ -155,7 +156,7 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
     values = given_values(sdfg, sizes, "planning")
     trips = _trips(sdfg, values)
     # Kernels that depend on loop variables run whole on rank 0: nothing to choose for them.
-    kernels = [k for k in find_kernels(sdfg) if k.kind != "opaque" and not k.runtime_symbols]
+    kernels = [k for k in find_kernels(sdfg) if k.kind != KernelKind.OPAQUE and not k.runtime_symbols]
     views = dc.reshape_views(sdfg)        # after find_kernels: its rewrites add reshape views
     root = lambda a: views.get(a, a)  # noqa: E731
     order = {}
@@ -196,10 +197,10 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
                 if arr not in plain_written:
                     acc = True
         even = ()
-        if k.kind == "library":
+        if k.kind == KernelKind.LIBRARY:
             used = {l for o in outs for l in o.labels if l is not None}
             even = tuple(p for p in params if p not in used)
-        constant = k.kind == "map" and not ins and dc.constant_map_value(k.state, k.node) is not None
+        constant = k.kind == KernelKind.MAP and not ins and dc.constant_map_value(k.state, k.node) is not None
         unsplit = tuple(p for p in params if p in unreduced_params(driver))
         vertices.append(Vertex(len(vertices), driver.info.key, k.label, k.kind, params, bounds, ins, outs, partial,
                                acc, even, constant, trips.get(k.state, 1), unsplit, driver.info.source))

@@ -11,6 +11,7 @@ from dace.sdfg import SDFG, SDFGState, nodes
 from .. import dace_compat as dc
 from ..checks import require_sdfg
 from ..dace_compat.source import source_of
+from ..values.modes import KernelKind
 
 __all__ = ["MapInfo", "AnalysedMap", "Kernel", "find_kernels", "main_map_infos", "normalise", "maps", "KEPT_LIBRARY_NODES"]
 
@@ -52,7 +53,7 @@ class AnalysedMap:
 class Kernel:
     """A top-level unit of work: one map, or one library node analysed through its maps."""
     index: int
-    kind: str                       # "map" | "library" | "opaque"
+    kind: KernelKind
     state: SDFGState
     node: nodes.Node
     maps: List[AnalysedMap]
@@ -148,7 +149,7 @@ def find_kernels(sdfg: SDFG) -> List[Kernel]:
         for node in dc.top_level_nodes(state):
             if isinstance(node, nodes.MapEntry):
                 k = keys.make(node.map.label)
-                kernels.append(Kernel(len(kernels), "map", state, node,
+                kernels.append(Kernel(len(kernels), KernelKind.MAP, state, node,
                                       [_analyse_map(state, node, k, sdfg.arrays, source_of(state, node))]))
             elif isinstance(node, nodes.LibraryNode):
                 kernels.append(_library_kernel(sdfg, state, node, len(kernels), keys))
@@ -178,20 +179,20 @@ def _library_kernel(sdfg, state, node, index, keys) -> Kernel:
     name = type(node).__name__
     base = keys.make(node.label)
     if name not in KEPT_LIBRARY_NODES:
-        return Kernel(index, "opaque", state, node, [], f"library node type {name} is not analysed")
+        return Kernel(index, KernelKind.OPAQUE, state, node, [], f"library node type {name} is not analysed")
     try:
         sub = dc.standalone_expansion(sdfg, state, node)
     except Exception as exc:  # DaCe raises many types here
-        return Kernel(index, "opaque", state, node, [], f"its pure expansion failed ({type(exc).__name__}: {exc})")
+        return Kernel(index, KernelKind.OPAQUE, state, node, [], f"its pure expansion failed ({type(exc).__name__}: {exc})")
     found, problem = _maps_of_expansion(sub)
     if problem or not found:
-        return Kernel(index, "opaque", state, node, [], problem or "its expansion has no maps")
+        return Kernel(index, KernelKind.OPAQUE, state, node, [], problem or "its expansion has no maps")
     amaps = []
     where = source_of(state, node)
     for st, entry in found:
         k = keys.make(f"{base}.{entry.map.label}")
         amaps.append(_analyse_map(st, entry, k, sub.arrays, where))
-    return Kernel(index, "library", state, node, amaps)
+    return Kernel(index, KernelKind.LIBRARY, state, node, amaps)
 
 
 def maps(sdfg: SDFG) -> List[MapInfo]:

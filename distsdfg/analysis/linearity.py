@@ -17,6 +17,8 @@ from typing import Dict, Iterable, Optional, Set
 
 from dace.sdfg import nodes
 
+from ..values.modes import KernelKind
+
 __all__ = ["tasklet_linear", "kernel_linear"]
 
 _CONST, _ZERO, _LIN = "const", "zero", "lin"
@@ -101,7 +103,7 @@ def kernel_linear(kernel, arrays: Set[str]) -> bool:
     """Whether ``kernel`` (``analysis.kernels.Kernel``) is linear in the inputs ``arrays`` (read by
     name or through a view of that name)."""
     state, node = kernel.state, kernel.node
-    if kernel.kind == "library":
+    if kernel.kind == KernelKind.LIBRARY:
         kind = type(node).__name__
         read = {e.data.data for e in state.in_edges(node) if not e.data.is_empty()}
         if kind in ("MatMul", "BatchedMatMul"):
@@ -110,7 +112,7 @@ def kernel_linear(kernel, arrays: Set[str]) -> bool:
             wcr = str(getattr(node, "wcr", "")).replace(" ", "")
             return wcr in ("lambdaa,b:a+b", "lambdax,y:x+y")
         return False
-    if kernel.kind != "map":
+    if kernel.kind != KernelKind.MAP:
         return False
     inner = state.scope_subgraph(node, include_entry=False, include_exit=False)
     for n in inner.nodes():

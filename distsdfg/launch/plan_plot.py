@@ -13,6 +13,8 @@ import dataclasses
 import math
 from typing import Dict, List, Optional, Tuple
 
+from ..values.modes import StepKind
+
 __all__ = ["ArrayBlocks", "KernelRow", "plan_rows", "draw_plan", "format_bytes"]
 
 
@@ -54,7 +56,7 @@ def plan_rows(sdfg, *, nprocs: Optional[int] = None, **sizes) -> List[KernelRow]
     rows: Dict[object, List] = {}
     for cs in solved:
         spec = cs.spec
-        if spec.kind == "fill":
+        if spec.kind == StepKind.FILL:
             continue
         calls = comm_steps(cs, values)
         how = "+".join(dict.fromkeys(c.collective for c in calls)) or "local copy"
@@ -62,7 +64,7 @@ def plan_rows(sdfg, *, nprocs: Optional[int] = None, **sizes) -> List[KernelRow]
         if isinstance(cs, ConcreteRedist):
             blocks, direction = cs.dst_blocks, "in"
         else:
-            blocks, direction = cs.blocks, "in" if spec.kind == "scatter" else "out"
+            blocks, direction = cs.blocks, "in" if spec.kind == StepKind.SCATTER else "out"
         kernel = _kernel_of(low, spec)
         rows.setdefault(kernel if kernel is not None else spec.kernel_label, []).append(ArrayBlocks(
             spec.array, direction, how, nbytes, tuple(cs.global_shape),

@@ -8,16 +8,15 @@ from dace import dtypes
 from dace.transformation.transformation import ExpandTransformation
 
 from ..dace_compat.trace import TRACE, is_marked
+from ..values.modes import Buffers, StepKind
 from .environment import DistSDFGRuntime, DistSDFGRuntimeCUDA
 
 __all__ = ["DistributedMemlet", "BUFFERS", "step_node_name", "step_of_name"]
 
-#: Where a step's local buffers live, and the runtime's memory policy for them: host memory; a GPU
-#: program's device buffers with MPI on pinned host temporaries (only the boxes the step moves are
-#: copied between device and host); GPU memory handed to a CUDA-aware MPI; and the two device code
-#: paths over host memory (tests without a GPU).
-BUFFERS = {"host": "HostMem", "staged": "StagedDeviceMem", "device": "DeviceMem", "emulated": "EmulatedDeviceMem",
-           "emulated-staged": "EmulatedStagedMem"}
+#: The runtime's memory policy (distsdfg_runtime.h, distsdfg_runtime_cuda.h) for each place a step's
+#: local buffers may live (``Buffers``).
+BUFFERS = {Buffers.HOST: "HostMem", Buffers.STAGED: "StagedDeviceMem", Buffers.DEVICE: "DeviceMem",
+           Buffers.EMULATED: "EmulatedDeviceMem", Buffers.EMULATED_STAGED: "EmulatedStagedMem"}
 
 
 def step_node_name(index: int, kind: str, array: str) -> str:
@@ -86,15 +85,16 @@ class DistributedMemlet(dace.sdfg.nodes.LibraryNode):
     default_implementation = "MPI"
 
     step = dace.properties.Property(dtype=int, default=0, desc="Index of the step in the plan table")
-    kind = dace.properties.Property(dtype=str, default="scatter", desc="scatter | gather | reduce | fill")
+    kind = dace.properties.Property(dtype=str, default=StepKind.SCATTER.value,
+                                    desc="scatter | gather | reduce | fill | redist (StepKind)")
     array = dace.properties.Property(dtype=str, default="", desc="Global array moved")
-    buffers = dace.properties.Property(dtype=str, default="host",
+    buffers = dace.properties.Property(dtype=str, default=Buffers.HOST.value,
                                        desc="Where the local buffers live: host | staged | device | emulated | emulated-staged "
                                             "(see BUFFERS)")
     global_device = dace.properties.Property(dtype=bool, default=False,
                                              desc="Rank 0's global array is in device memory (a device-argument variant)")
 
-    def __init__(self, name, step=0, kind="scatter", array="", has_input=True, *args, **kwargs):
+    def __init__(self, name, step=0, kind=StepKind.SCATTER.value, array="", has_input=True, *args, **kwargs):
         inputs = {"_plan", "_comm", "_in"} if has_input else {"_plan", "_comm"}
         super().__init__(name, *args, inputs=inputs, outputs={"_out"}, **kwargs)
         self.step = step

@@ -1,26 +1,27 @@
 """The step-table encoder: solved steps -> the int64 table the generated code of a rank reads.
 
-The codes below are the ones ``distsdfg_runtime.h`` decodes (``mpi/include``); a table is
-``[n, offsets..., step tables...]``, one step table per ``ConcreteStep`` or ``ConcreteRedist``.
+The codes are ``distsdfg.values.codes``, from which the runtime's ``distsdfg_codes.h`` is generated;
+a table is ``[n, offsets..., step tables...]``, one step table per ``ConcreteStep`` or
+``ConcreteRedist``, laid out as ``distsdfg_runtime.h`` reads it (``Step`` and ``Redist``).
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..geometry.boxes import row_major_strides
+from ..values.codes import Dtype, Op
+from ..values.modes import Collective, StepKind
 from ..values.plan import ConcreteStep
 from ..solver.solve import ConcreteRedist
 
-__all__ = ["encode_plan", "encode_step", "DTYPE_CODES", "OP_CODES", "KIND_CODES", "MODE_CODES"]
+__all__ = ["encode_plan", "encode_step", "op_code"]
 
-DTYPE_CODES = {"float32": 0, "float64": 1, "int32": 2, "int64": 3, "uint32": 4, "uint64": 5, "int8": 6, "uint8": 7,
-               "int16": 8, "uint16": 9, "complex64": 10, "complex128": 11, "bool": 12}
-OP_CODES = {None: 0, "sum": 1, "prod": 2, "max": 3, "min": 4}
-KIND_CODES = {"scatter": 1, "gather": 2, "reduce": 3, "fill": 4, "redist": 5}
-MODE_CODES = {"local": 0, "Allreduce": 1, "Reduce_scatter": 2, "Allgatherv": 3, "Alltoallw": 4, "Alltoallv": 5,
-              "Reduce": 6, "Isend/Irecv": 7}
+
+def op_code(op: Optional[str]) -> Op:
+    """The code of a reduction operator (``None``: no reduction)."""
+    return Op.NONE if op is None else Op[op.upper()]
 
 
 def _encode_redist(cs: ConcreteRedist, rank: int) -> List[int]:
@@ -41,7 +42,8 @@ def _encode_redist(cs: ConcreteRedist, rank: int) -> List[int]:
     for i, g in enumerate(plan.groups):
         for j, q in enumerate(g):
             color[q], key[q] = i, j
-    out = [KIND_CODES["redist"], DTYPE_CODES[spec.dtype], OP_CODES[plan.op], nd, P, MODE_CODES[plan.collective]]
+    out = [int(StepKind.REDIST.code), int(Dtype.of(spec.dtype)), int(op_code(plan.op)), nd, P,
+           int(Collective(plan.collective).code)]
     out += list(gshape) + list(sl) + list(dl)
     pieces = plan.pieces or (None,) * P
     for q in range(P):
@@ -63,7 +65,8 @@ def encode_step(cs, rank: int = 0) -> List[int]:
         return _encode_redist(cs, rank)
     spec = cs.spec
     nd = len(cs.global_shape)
-    out = [KIND_CODES[spec.kind], DTYPE_CODES[spec.dtype], OP_CODES[spec.op], nd, cs.nranks, cs.flags]
+    out = [int(StepKind(spec.kind).code), int(Dtype.of(spec.dtype)), int(op_code(spec.op)), nd, cs.nranks,
+           int(cs.flags)]
     out += list(cs.global_shape) + list(cs.local_shape) + list(_strides(cs))
     for q, b in enumerate(cs.blocks):
         out += list(b.origin) + list(b.start) + list(b.size)

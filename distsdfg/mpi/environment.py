@@ -1,10 +1,22 @@
 """The DaCe environments that add MPI and our runtime header to generated code."""
+import hashlib
 import os
 
 import dace.library
 from dace.libraries.mpi.environments.mpi import MPI
 
 INCLUDE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+
+
+def headers_digest() -> bytes:
+    """A digest of every header of ``INCLUDE_DIR`` (the runtime's headers include one another): what a
+    build, a precompiled header or a host-step library compiled from them is keyed by."""
+    h = hashlib.sha1()
+    for name in sorted(os.listdir(INCLUDE_DIR)):
+        h.update(name.encode() + b"\0")
+        with open(os.path.join(INCLUDE_DIR, name), "rb") as f:
+            h.update(f.read())
+    return h.digest()
 
 
 @dace.library.environment

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import List, Optional, Tuple
+from typing import List, Optional, Tuple, Union
 
 from dace.sdfg import SDFG
 
 from .costmodel import CostModel
 from ..config import SPLIT_GAIN, WHOLE_WHEN_CHEAPER
+from ..values.modes import Placement
 from .timemodel import get_model
 from ..analysis.eingraph import EinGraph, build_graph
 from ..checks import positive_int, require_sdfg
@@ -98,7 +99,8 @@ def _splits_of(g: EinGraph, schedule) -> List[Tuple[int, ...]]:
 
 
 @with_numpy_semantics
-def schedule_cost(sdfg: SDFG, schedule, model="bytes", *, inputs: str = "root", **sizes) -> float:
+def schedule_cost(sdfg: SDFG, schedule, model="bytes", *, inputs: Union[Placement, str] = Placement.ROOT,
+                  **sizes) -> float:
     """The cost model's value for any schedule (hand-written or searched)."""
     require_sdfg(sdfg, "distsdfg.schedule_cost")
     schedule = _checked(sdfg, schedule)
@@ -107,7 +109,8 @@ def schedule_cost(sdfg: SDFG, schedule, model="bytes", *, inputs: str = "root", 
 
 
 @with_numpy_semantics
-def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="time", searcher: str = "dp", inputs: str = "root",
+def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="time", searcher: str = "dp",
+                  inputs: Union[Placement, str] = Placement.ROOT,
                   memory_limit: Optional[int] = None, allow_fewer: bool = False, verify: Optional[bool] = None,
                   placement=None, whole: Optional[bool] = None, **sizes) -> Schedule:
     """Choose a schedule for ``sdfg`` on ``nprocs`` ranks (EinDecomp).
@@ -139,21 +142,21 @@ def auto_schedule(sdfg: SDFG, nprocs: int, *, cost_model="time", searcher: str =
     plan = search(g, nprocs, model, searcher, allow_fewer=allow_fewer)
     best = plan.schedule(g, sdfg.name)
     if verify is None:
-        verify = len(g.vertices) <= 40 and cost_model in ("bytes", "time", None) and inputs in ("root", "distributed")
-    if verify and model.name == "time" and inputs != "distributed":
+        verify = len(g.vertices) <= 40 and cost_model in ("bytes", "time", None) and inputs in Placement.values()
+    if verify and model.name == "time" and inputs != Placement.DISTRIBUTED:
         cands = [best, data_parallel_schedule(g, nprocs), sqrt_schedule(g, nprocs)]
         order = sorted(range(len(cands)), key=lambda i: (graph_cost(g, _splits_of(g, cands[i]), model), i))
         best = _first_valid(sdfg, nprocs, [cands[i] for i in order], sizes)
     elif verify:
         cands = [best, data_parallel_schedule(g, nprocs), sqrt_schedule(g, nprocs)]
-        if inputs == "distributed":
+        if inputs == Placement.DISTRIBUTED:
             # The bytes model prices the program's boundary, not the homes a distributed placement
             # keeps between states: the root-priced search's schedule is often the better one there.
-            root = search(g, nprocs, get_model(cost_model, inputs="root", memory_limit=memory_limit), searcher,
+            root = search(g, nprocs, get_model(cost_model, inputs=Placement.ROOT, memory_limit=memory_limit), searcher,
                           allow_fewer=allow_fewer)
             cands.insert(1, root.schedule(g, sdfg.name))
-            placement = "distributed" if placement in (None, "root") else placement
-        best = _verified(sdfg, g, nprocs, cands, sizes, placement if inputs == "distributed" else None)
+            placement = Placement.DISTRIBUTED if placement in (None, Placement.ROOT) else placement
+        best = _verified(sdfg, g, nprocs, cands, sizes, placement if inputs == Placement.DISTRIBUTED else None)
     best, _ = whole_or_split(g, best, model, nprocs, inputs, whole)
     return best.with_sdfg(sdfg.name) if best.sdfg is None else best
 
@@ -165,7 +168,7 @@ def whole_or_split(g: EinGraph, best: Schedule, model: CostModel, nprocs: int, i
     the schedule of all ones; with a line that says which and why ('' when not compared)."""
     if whole is None:
         whole = WHOLE_WHEN_CHEAPER.get()
-    if not (whole and nprocs > 1 and inputs == "root" and model.name == "time"):
+    if not (whole and nprocs > 1 and inputs == Placement.ROOT and model.name == "time"):
         return best, ""
     ones = whole_schedule(best)
     split_cost = graph_cost(g, _splits_of(g, best), model)

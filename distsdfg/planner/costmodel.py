@@ -23,12 +23,13 @@ import dataclasses
 import json
 import math
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ..geometry.boxes import dim_groups
 from ..analysis.eingraph import Edge, EinGraph, Operand, Vertex
+from ..values.modes import Placement, StepKind
 from .layoutcost import Split, layout_bytes, layout_matrix, root_bytes, signature, strided_elements
 
 __all__ = ["cost_join", "cost_agg", "cost_repart", "CostModel", "PaperModel", "BytesModel", "AlphaBetaModel",
@@ -128,10 +129,8 @@ class CostModel:
     name = "model"
     tie_scale = 0.0
 
-    def __init__(self, *, inputs: str = "root", memory_limit: Optional[int] = None):
-        if inputs not in ("root", "distributed"):
-            raise ValueError("inputs is 'root' (scattered from rank 0) or 'distributed' (already in place)")
-        self.inputs = inputs
+    def __init__(self, *, inputs: Union[Placement, str] = Placement.ROOT, memory_limit: Optional[int] = None):
+        self.inputs = Placement.parse(inputs, what="inputs")     # scattered from rank 0, or already in place
         self.memory_limit = memory_limit
 
     def value(self, c: Cost) -> float:
@@ -219,7 +218,7 @@ class BytesModel(CostModel):
         splits the outermost dimension and adds no reduction is the faster (docs/planner.md)."""
         p = _ranks(v, split)
         n = 0
-        if self.inputs == "root":
+        if self.inputs == Placement.ROOT:
             for arr in g.program_inputs.get(v.index, []):
                 o = g.operand(v.index, arr, output=False)
                 n += strided_elements(signature(v, split, o, partial=False), tuple(o.shape), p) * o.itemsize
@@ -234,16 +233,16 @@ class BytesModel(CostModel):
     def vertex(self, g, v, split):
         p = _ranks(v, split)
         c = ZERO
-        if self.inputs == "root":
+        if self.inputs == Placement.ROOT:
             for arr in g.program_inputs.get(v.index, []):
                 o = g.operand(v.index, arr, output=False)
-                n = root_bytes(signature(v, split, o, partial=False), o.shape, p, "scatter")
+                n = root_bytes(signature(v, split, o, partial=False), o.shape, p, StepKind.SCATTER)
                 c += Cost(n * o.itemsize, int(n > 0))
         for arr in g.program_outputs.get(v.index, []):
             o = g.operand(v.index, arr, output=True)
             sig = signature(v, split, o, partial=v.partial)
-            reduce = root_bytes(sig, o.shape, p, "reduce")
-            gather = root_bytes(sig, o.shape, p, "gather") if self.inputs == "root" else 0
+            reduce = root_bytes(sig, o.shape, p, StepKind.REDUCE)
+            gather = root_bytes(sig, o.shape, p, StepKind.GATHER) if self.inputs == Placement.ROOT else 0
             c += Cost((reduce + gather) * o.itemsize, int(reduce > 0) + int(gather > 0))
         return c
 
@@ -254,7 +253,7 @@ class BytesModel(CostModel):
     def edge_costs(self, g, e, sus, svs):
         u, v = g.vertices[e.src], g.vertices[e.dst]
         prod, cons = e.producer(g), e.consumer(g)
-        if e.acc and u.constant and self.inputs == "root":   # reset to the identity: every rank fills its block
+        if e.acc and u.constant and self.inputs == Placement.ROOT:   # reset to the identity: every rank fills its block
             return np.zeros((len(sus), len(svs)))
         # Distributed placement keeps arrays that cross states in homes: a reset whose blocks are
         # not the accumulator's is sent to the owners like any other write, so it is priced.

@@ -7,7 +7,7 @@ that enters and leaves them, and what they would cost on another grid, all of th
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from dace.sdfg import SDFG
 
@@ -15,6 +15,7 @@ from ..analysis.eingraph import EinGraph, Vertex
 from ..checks import positive_int, require_sdfg
 from ..dace_compat.semantics import with_numpy_semantics
 from ..errors import ScheduleError
+from ..values.modes import Placement
 from .auto import _checked, _fmt, _graph, _splits_of, auto_schedule, whole_or_split
 from .searchers import Problem, viable
 from .timemodel import get_model
@@ -95,7 +96,8 @@ class _Costs:
 
 
 @with_numpy_semantics
-def explain(sdfg: SDFG, schedule=None, *, nprocs: Optional[int] = None, cost_model="time", inputs: str = "root",
+def explain(sdfg: SDFG, schedule=None, *, nprocs: Optional[int] = None, cost_model="time",
+            inputs: Union[Placement, str] = Placement.ROOT,
             alternatives: int = 2, **sizes) -> str:
     """Per group of maps (one source line, or an element-wise chain on one grid): its grid, the
     predicted cost it causes (its own and its incoming and outgoing data's: seconds under the time

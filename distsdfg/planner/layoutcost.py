@@ -17,6 +17,7 @@ import numpy as np
 from ..geometry.boxes import reshape_box
 from ..analysis.eingraph import Operand, Vertex
 from ..analysis.tiling import block_span
+from ..values.modes import StepKind
 
 __all__ = ["Split", "signature", "layout_bytes", "layout_matrix", "root_bytes", "strided_elements"]
 
@@ -95,20 +96,20 @@ def _boxes(sig: Tuple, shape: Tuple[int, ...], P: int):
     return start, size
 
 
-def root_bytes(sig: Tuple, shape, P: int, what: str) -> int:
+def root_bytes(sig: Tuple, shape, P: int, what: StepKind) -> int:
     """Elements a scatter from rank 0, the reduction of partial blocks, or the gather to rank 0 of
     a layout moves (solver.comm_steps' rules: one copy per distinct block, rank 0's own stays)."""
     return _root_elements(tuple(sig), tuple(shape), P, what)
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _root_elements(sig: Tuple, shape: Tuple[int, ...], P: int, what: str) -> int:
+def _root_elements(sig: Tuple, shape: Tuple[int, ...], P: int, what: StepKind) -> int:
     """``root_bytes``, remembered (the planner asks for the same layouts of every candidate)."""
     start, size = _boxes(sig, shape, P)
     vol = np.prod(np.maximum(size, 0), axis=-1)
-    if what == "scatter":
+    if what == StepKind.SCATTER:
         return int(vol[1:].sum())
-    if what == "reduce" and not any(r == "A" for _, r in sig):
+    if what == StepKind.REDUCE and not any(r == "A" for _, r in sig):
         return 0
     first: Dict[Tuple, int] = {}
     members = 0
@@ -120,7 +121,7 @@ def _root_elements(sig: Tuple, shape: Tuple[int, ...], P: int, what: str) -> int
             members += int(vol[q])
         else:
             first[k] = q
-    if what == "reduce":
+    if what == StepKind.REDUCE:
         return members
     return int(sum(vol[q] for q in first.values() if q != 0))
 

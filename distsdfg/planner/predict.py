@@ -43,6 +43,7 @@ from ..lowering.placement import boundary_pricing
 from ..lowering.pipeline import lower_sdfg
 from .auto import auto_schedule
 from ..solver.report import comm_report
+from ..values.modes import Collective
 from ..values.schedule import as_schedule
 from ..solver.solve import lowered_of
 
@@ -147,16 +148,17 @@ def _messages(s) -> int:
     """Messages the busiest rank sends or receives in one run of the MPI call ``s`` (a CommSummary)."""
     if s.ranks <= 1 or (s.max_sent == 0 and s.max_received == 0):
         return 0
-    if s.collective in ("Scatterv", "Gatherv"):
+    if s.collective in (Collective.SCATTERV, Collective.GATHERV):
         return max(1, s.pairs)                       # the root, one member after the other
-    if s.collective in ("Bcast", "Reduce", "Allreduce", "Reduce_scatter", "Allgatherv"):
+    if s.collective in (Collective.BCAST, Collective.REDUCE, Collective.ALLREDUCE, Collective.REDUCE_SCATTER,
+                        Collective.ALLGATHERV):
         return max(1, math.ceil(math.log2(max(2, s.ranks))))
     return max(1, math.ceil(s.pairs / max(1, s.ranks)))     # Alltoall(v/w), Isend/Irecv: per rank
 
 
 #: Collectives that combine what they receive with the operator (partial sums): the busiest rank
 #: reads its own and the received values and writes the result, at memory bandwidth.
-COMBINING = ("Reduce", "Allreduce", "Reduce_scatter", "Alltoallv")
+COMBINING = (Collective.REDUCE, Collective.ALLREDUCE, Collective.REDUCE_SCATTER, Collective.ALLTOALLV)
 
 
 def comm_seconds(steps, m: Machine) -> List[tuple]:

@@ -28,12 +28,13 @@ import dataclasses
 import json
 import math
 import os
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple, Union
 
 import numpy as np
 
 from ..analysis.eingraph import Vertex
 from ..errors import OptionError
+from ..values.modes import Placement, StepKind
 from .costmodel import (AlphaBetaModel, BytesModel, Cost, CostModel, PaperModel, _calibration_path, _ranks, block_size,
                         sub_bounds)
 from .layoutcost import root_bytes, signature, strided_elements
@@ -127,7 +128,7 @@ def _scatter_bytes(sig, o, p: int, total: float) -> float:
     k = math.prod(n for n, role in sig if role == "R")
     if k <= 1 or not total:
         return total
-    distinct = root_bytes(sig, o.shape, p, "gather") * o.itemsize
+    distinct = root_bytes(sig, o.shape, p, StepKind.GATHER) * o.itemsize
     groups = max(p // k, 1)
     return distinct + (total - distinct) / groups * _tree(k)
 
@@ -152,7 +153,8 @@ class TimeModel(CostModel):
     name = "time"
     tie_scale = 1e-9        # seconds: ties add less than a nanosecond in all
 
-    def __init__(self, rates: Optional[Rates] = None, *, inputs: str = "root", memory_limit: Optional[int] = None):
+    def __init__(self, rates: Optional[Rates] = None, *, inputs: Union[Placement, str] = Placement.ROOT,
+                 memory_limit: Optional[int] = None):
         super().__init__(inputs=inputs, memory_limit=memory_limit)
         self.rates = rates or load_rates()
         self.base = BytesModel(inputs=inputs, memory_limit=memory_limit)
@@ -173,23 +175,23 @@ class TimeModel(CostModel):
         r, p = self.rates, _ranks(v, split)
         sec, nbytes, calls = self.compute(v, split), 0.0, 0
         k = math.prod(split.get(l, 1) for l in v.agg)
-        if self.inputs == "root":
+        if self.inputs == Placement.ROOT:
             for arr in g.program_inputs.get(v.index, []):
                 o = g.operand(v.index, arr, output=False)
                 sig = signature(v, split, o, partial=False)
-                n = root_bytes(sig, o.shape, p, "scatter") * o.itemsize
+                n = root_bytes(sig, o.shape, p, StepKind.SCATTER) * o.itemsize
                 packed = strided_elements(sig, tuple(o.shape), p) * o.itemsize if n else 0
                 sec += r.alpha * (n > 0) + r.beta * _scatter_bytes(sig, o, p, n) + r.stream_seconds(2 * packed)
                 nbytes, calls = nbytes + n, calls + int(n > 0)
         for arr in g.program_outputs.get(v.index, []):
             o = g.operand(v.index, arr, output=True)
             sig = signature(v, split, o, partial=v.partial)
-            red = root_bytes(sig, o.shape, p, "reduce") * o.itemsize
+            red = root_bytes(sig, o.shape, p, StepKind.REDUCE) * o.itemsize
             if red:          # groups of k partial blocks reduce in parallel (a tree past two members)
                 groups = max(p // max(k, 1), 1)
                 sec += r.alpha + (r.beta * _tree(k) + r.stream_seconds(3)) * red / groups
-            if self.inputs == "root":
-                gat = root_bytes(sig, o.shape, p, "gather") * o.itemsize
+            if self.inputs == Placement.ROOT:
+                gat = root_bytes(sig, o.shape, p, StepKind.GATHER) * o.itemsize
                 unpacked = strided_elements(sig, tuple(o.shape), p) * o.itemsize if gat else 0
                 sec += r.alpha * (gat > 0) + r.beta * gat + r.stream_seconds(2 * unpacked)
             else:
@@ -207,7 +209,7 @@ class TimeModel(CostModel):
     def edge_costs(self, g, e, sus, svs):
         u, v = g.vertices[e.src], g.vertices[e.dst]
         r = self.rates
-        if e.acc and u.constant and self.inputs == "root":
+        if e.acc and u.constant and self.inputs == Placement.ROOT:
             # A reset every rank fills in place: free where its blocks are the accumulator's, else
             # priced as filling the accumulator's block once more (the lowering keeps them apart).
             prod, cons = e.producer(g), e.consumer(g)
@@ -231,7 +233,8 @@ class TimeModel(CostModel):
 MODELS = ("time", "bytes", "paper", "alpha-beta")
 
 
-def get_model(model, *, inputs: str = "root", memory_limit: Optional[int] = None) -> CostModel:
+def get_model(model, *, inputs: Union[Placement, str] = Placement.ROOT,
+              memory_limit: Optional[int] = None) -> CostModel:
     """A CostModel from a name (``MODELS``; None: 'time') or an instance."""
     if isinstance(model, CostModel):
         return model
@@ -240,7 +243,7 @@ def get_model(model, *, inputs: str = "root", memory_limit: Optional[int] = None
     if model == "bytes":
         return BytesModel(inputs=inputs, memory_limit=memory_limit)
     if model == "paper":
-        return PaperModel(inputs="distributed", memory_limit=memory_limit)
+        return PaperModel(inputs=Placement.DISTRIBUTED, memory_limit=memory_limit)
     if model == "alpha-beta":
         base = BytesModel(inputs=inputs, memory_limit=memory_limit)
         try:

@@ -17,7 +17,8 @@ from ..dace_compat.trace import expand_marked, remove_report_folder, traced
 from ..lowering import blas
 from ..lowering.gpu import build_settings
 from ..lowering.rewriter import PLAN_LEN
-from ..mpi.environment import INCLUDE_DIR
+from ..mpi.environment import headers_digest
+from ..values.modes import Target
 from . import cache, toolchain
 from .trace import is_step
 from .locks import file_lock
@@ -47,9 +48,7 @@ def build_key(sdfg: SDFG, code_objects=None) -> str:
     for obj in code_objects:
         h.update(obj.name.encode())
         h.update(_include_order_free(obj.clean_code).encode())
-    for name in sorted(os.listdir(INCLUDE_DIR)):
-        with open(os.path.join(INCLUDE_DIR, name), "rb") as f:
-            h.update(f.read())
+    h.update(headers_digest())
     return h.hexdigest()
 
 
@@ -117,7 +116,7 @@ def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False, trace: bo
     t0 = time.time()
     base = place_build(sdfg)
     with build_lock(base), dc.release_build(sdfg), (traced(sdfg, is_step) if trace else contextlib.nullcontext()):
-        if getattr(getattr(sdfg, "_distsdfg", None), "target", "cpu") == "gpu":
+        if getattr(getattr(sdfg, "_distsdfg", None), "target", Target.CPU) == Target.GPU:
             with build_settings(base):
                 compiled, folder = _build(sdfg, base, verbose, rebuild, t0, trace)
         else:
@@ -139,7 +138,7 @@ def _build(sdfg: SDFG, folder: str, verbose: bool, rebuild: bool, t0: float, tra
     # The compile's shared parts (precompiled header, host steps), if this machine lacks them, are
     # built by the compiler while Python generates the code.
     prepared = (toolchain.in_background(toolchain.prepare, *toolchain.shared_parts(sdfg))
-                if getattr(low, "target", "cpu") == "cpu" else (lambda: None))
+                if getattr(low, "target", Target.CPU) == Target.CPU else (lambda: None))
     try:
         program, objects = dc.generate_code(sdfg, wrap=wrap, validate=validate)   # once: key and build
     finally:

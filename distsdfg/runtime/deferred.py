@@ -32,6 +32,7 @@ from ..planner.auto import auto_schedule
 from .progress import phase
 from .callsync import CallStart
 from .program import DistributedProgram, compile_distributed, idle_bcast
+from ..values.modes import Buffers, Target
 from ..values.schedule import Schedule
 from ..solver.solve import planned
 from ..dace_compat.semantics import with_numpy_semantics
@@ -50,8 +51,8 @@ class Deferred:
     source: str = dataclasses.field(repr=False)    # the SDFG as given (JSON), lowered anew per schedule
     sizes: Tuple[str, ...]              # the program's size symbols
     missing: str                        # the first one the planner asked for
-    target: str = "cpu"
-    comm: str = "host"                  # Lowered.comm of the lowered copies
+    target: Target = Target.CPU
+    comm: Buffers = Buffers.HOST        # Lowered.comm of the lowered copies
     placement: object = None
     plan_options: Dict = dataclasses.field(default_factory=dict)   # as given to lower (no sizes needed)
     boundary: Dict[str, str] = dataclasses.field(default_factory=dict)   # placed arguments (blocks)
@@ -108,8 +109,8 @@ class Deferred:
         return self._copies[key]
 
 
-def defer(sdfg: SDFG, nprocs: int, missing: str, *, target: str = "cpu", comm: str = "host", placement=None,
-          plan_options: Optional[dict] = None, optimize: Optional[bool] = None) -> SDFG:
+def defer(sdfg: SDFG, nprocs: int, missing: str, *, target: Target = Target.CPU, comm: Buffers = Buffers.HOST,
+          placement=None, plan_options: Optional[dict] = None, optimize: Optional[bool] = None) -> SDFG:
     """Mark ``sdfg`` to be planned at its first call (``lower`` does this when sizes are missing).
 
     The source kept (JSON) is ``sdfg`` as it is now, so the failed planning attempt before must

@@ -22,6 +22,7 @@ from ..solver.inspector import inspect_call
 from ..lowering.gpu import gpu_available, require_cuda_aware_mpi
 from ..lowering.rewriter import COMM_ARG, PLAN_ARRAY, PLAN_LEN, RUNTIME_ARGS
 from ..lowering.placement import layout as _layout
+from ..values.modes import Buffers, Target
 from ..values.plan import ConcreteStep, evaluate
 from . import progress
 from ..config import STEP_TIMES, TRACE_FILE
@@ -235,7 +236,7 @@ class DistributedProgram:
             if problem is not None:         # every rank raises it (a rank raising alone would leave the others waiting)
                 return self._call(kwargs, problem)
             kwargs.update(dict(zip(names, args)))
-        if self.lowered.target == "gpu" and not getattr(self.lowered, "deferred", False):
+        if self.lowered.target == Target.GPU and not getattr(self.lowered, "deferred", False):
             return self._call(kwargs)      # CuPy arguments stay on the device where they can (_call)
         devices = to_host(kwargs)
         if not devices:
@@ -251,7 +252,7 @@ class DistributedProgram:
             from ..lowering.pipeline import lower_sdfg
             low = self.lowered
             try:
-                sdfg = lower_sdfg(dc.from_json(low.source), low.schedule, target="gpu", comm=low.comm,
+                sdfg = lower_sdfg(dc.from_json(low.source), low.schedule, target=Target.GPU, comm=low.comm,
                                   device_args=names)
             except errors.UnsupportedProgramError:
                 sdfg = None
@@ -304,13 +305,13 @@ class DistributedProgram:
     def _call(self, kwargs, own_error: Optional[str] = None):
         t_call = time.perf_counter()
         self._start.arrive()        # every rank is here (or the job is aborted, naming the missing ranks)
-        if self.lowered.target == "gpu" and own_error is None:
+        if self.lowered.target == Target.GPU and own_error is None:
             try:
                 if not gpu_available():     # DaCe's CUDA runtime would kill the process
                     raise DistributedLoweringError(
                         f"`{self.lowered.original_name}` was lowered for target='gpu' but rank {self.comm.rank} sees "
                         f"no CUDA GPU (no driver or no device); run it on GPU nodes or lower with target='cpu'")
-                if self.lowered.comm == "device":
+                if self.lowered.comm == Buffers.DEVICE:
                     require_cuda_aware_mpi(self.lowered.original_name)
             except DistributedLoweringError as exc:
                 own_error = str(exc)
@@ -337,7 +338,7 @@ class DistributedProgram:
             program = self.device_variant(variant)
             if program is not None:
                 return program._call(kwargs)
-        if self.lowered.target == "gpu":    # what no variant takes on the device goes through the host
+        if self.lowered.target == Target.GPU:    # what no variant takes on the device goes through the host
             devices = to_host(kwargs, self.lowered.device_args)
             if devices:
                 out = self._run(kwargs, values, scalars, reshapes, t_call)

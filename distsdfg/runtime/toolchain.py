@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from .. import dace_compat as dc
+from ..values.modes import Buffers
 from .locks import file_lock
 from .cache import cache_dir as _cache_dir, touch
 
@@ -223,6 +224,9 @@ def precompiled_header(cxx: str, flags: List[str], headers: List[str]) -> Option
             if os.path.isfile(p):
                 with open(p, "rb") as f:
                     h.update(f.read())
+    from ..mpi.environment import INCLUDE_DIR, headers_digest
+    if INCLUDE_DIR in [f[2:] for f in flags if f.startswith("-I")]:     # and those our headers include
+        h.update(headers_digest())
     import dace
     h.update(dace.__version__.encode())
     folder = os.path.join(cache_dir(), f"pch-{h.hexdigest()[:16]}")
@@ -266,13 +270,11 @@ def host_steps_library(cxx: str, flags: List[str], pch: Optional[str], ctype: st
                        mpi_libs: List[str]) -> str:
     """A shared library that runs the host steps of element type ``ctype`` (distsdfg_host_steps.h),
     compiled once per compiler, flags and runtime header, and never unloaded (-z nodelete)."""
-    from ..mpi.environment import INCLUDE_DIR
+    from ..mpi.environment import INCLUDE_DIR, headers_digest
     text = (f"#include <dace/dace.h>\n#include <distsdfg_runtime.h>\n#include <distsdfg_host_steps.h>\n"
             f"DISTSDFG_DEFINE_HOST_STEP({ctype}, {host_step_name(ctype)})\n")
     h = hashlib.sha1((cxx + compiler_id(cxx) + "\0".join(flags + mpi_libs) + text).encode())
-    for name in ("distsdfg_runtime.h", "distsdfg_host_steps.h"):
-        with open(os.path.join(INCLUDE_DIR, name), "rb") as f:
-            h.update(f.read())
+    h.update(headers_digest())
     folder = os.path.join(cache_dir(), f"steps-{h.hexdigest()[:16]}")
     lib = os.path.join(folder, f"lib{host_step_name(ctype)}.so")
     if os.path.exists(lib):
@@ -376,7 +378,7 @@ def shared_parts(sdfg) -> Tuple[List[str], List[str]]:
     from ..mpi.distributed_memlet import DistributedMemlet
     envs, ctypes = [], []
     for node, state in sdfg.all_nodes_recursive():
-        if isinstance(node, DistributedMemlet) and node.buffers == "host":
+        if isinstance(node, DistributedMemlet) and node.buffers == Buffers.HOST:
             out = next((e for e in state.out_edges(node) if e.src_conn == "_out"), None)
             if out is not None:
                 ctype = state.sdfg.arrays[out.data.data].dtype.ctype

@@ -38,6 +38,7 @@ from ..errors import DistributedLoweringError, InputError
 from ..values.exprs import evaluate, evaluate_many
 from .homes import rank_symbol_values
 from ..values.plan import axis_symbols
+from ..values.modes import KernelKind
 
 __all__ = ["DataBounds", "recognise", "apply", "inspect", "inspect_call", "complete", "inputs_of"]
 
@@ -135,7 +136,7 @@ def _reads_only_at(state, scope_nodes, entry, inner, arr: str, param: str) -> bo
 def recognise(sdfg: SDFG, kp: KernelPlan) -> Optional[DataBounds]:
     """The CSR row pointer pattern in map kernel ``kp`` (None where it does not match exactly)."""
     k = kp.kernel
-    if k.kind != "map" or len(k.maps) != 1:
+    if k.kind != KernelKind.MAP or len(k.maps) != 1:
         return None
     amap = k.maps[0]
     state, me = k.state, k.node

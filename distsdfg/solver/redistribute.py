@@ -35,6 +35,7 @@ from ..geometry.boxes import Box, contains, intersect, normalize, reshape_box, s
 from ..geometry.boxindex import BoxIndex, any_overlap
 from ..errors import UnsupportedProgramError
 from ..values.notation import format_placements, placements_of_blocks
+from ..values.modes import Collective
 from ..values.plan import CommStep
 
 __all__ = ["Box", "Message", "CommPlan", "plan_redistribution", "intersect", "subtract", "contains", "volume",
@@ -62,7 +63,7 @@ class CommPlan:
     boxes of Alltoallw/Alltoallv and the local copies.
     """
     array: str
-    collective: str
+    collective: Collective         # a Collective or its value
     nranks: int
     itemsize: int
     op: Optional[str]
@@ -77,6 +78,9 @@ class CommPlan:
     #: coordinates), when the blocks are the array's own: what ``placements`` reads them on
     src_grid: Tuple[int, ...] = ()
     dst_grid: Tuple[int, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "collective", Collective(self.collective))
 
     # -- placements -------------------------------------------------------------------------------
     @property
@@ -103,7 +107,7 @@ class CommPlan:
         P, item = self.nranks, self.itemsize
         sent, recv = [0] * P, [0] * P
         c = self.collective
-        if c in ("Alltoallw", "Alltoallv", "Isend/Irecv"):
+        if c in (Collective.ALLTOALLW, Collective.ALLTOALLV, Collective.P2P):
             for m in self.messages:
                 if m.src != m.dst:
                     sent[m.src] += volume(m.box) * item
@@ -112,25 +116,25 @@ class CommPlan:
             k = len(g)
             if k < 2:
                 continue
-            if c == "Allreduce":          # reduce-scatter + allgather on an even split of the block
+            if c == Collective.ALLREDUCE:          # reduce-scatter + allgather on an even split of the block
                 n = volume(self.src[g[0]])
                 for i, q in enumerate(g):
                     piece = n // k + (1 if i < n % k else 0)
                     sent[q] += ((n - piece) + (k - 1) * piece) * item
                     recv[q] += ((k - 1) * piece + (n - piece)) * item
-            elif c == "Reduce_scatter":
+            elif c == Collective.REDUCE_SCATTER:
                 whole = sum(volume(self.dst[r]) for r in g)
                 for q in g:
                     sent[q] += (whole - volume(self.dst[q])) * item
                     recv[q] += (k - 1) * volume(self.dst[q]) * item
-            elif c == "Reduce":
+            elif c == Collective.REDUCE:
                 root = next(q for q in g if self.dst[q] is not None)
                 n = volume(self.dst[root])
                 for q in g:
                     if q != root:
                         sent[q] += n * item
                         recv[root] += n * item
-            elif c == "Allgatherv":
+            elif c == Collective.ALLGATHERV:
                 whole = sum(volume(self.pieces[r]) for r in g)
                 for q in g:
                     sent[q] += (k - 1) * volume(self.pieces[q]) * item
@@ -143,7 +147,7 @@ class CommPlan:
 
     def comm_steps(self):
         """The MPI calls as CommSteps (none for a local copy)."""
-        if self.collective == "local":
+        if self.collective == Collective.LOCAL:
             return []
         sent, recv = self.traffic()
         return [CommStep(self.collective, self.array, sent, recv)]
@@ -166,16 +170,18 @@ class CommPlan:
                    tuple(d.get("src_grid", ())), tuple(d.get("dst_grid", ())))
 
     def __str__(self):
-        what = {"local": "local copy, no communication",
-                "Allreduce": f"Allreduce({self.op}) in {len(self.groups)} group(s) of {_sizes(self.groups)}",
-                "Reduce_scatter": f"Reduce_scatter({self.op}) in {len(self.groups)} group(s) of {_sizes(self.groups)}",
-                "Reduce": f"Reduce({self.op}) in {len(self.groups)} group(s) of {_sizes(self.groups)}",
-                "Allgatherv": f"Allgatherv in {len(self.groups)} group(s) of {_sizes(self.groups)}",
-                "Alltoallw": f"Alltoallw of {sum(m.src != m.dst for m in self.messages)} subarray(s)",
-                "Alltoallv": f"Alltoallv({self.op}) of {sum(m.src != m.dst for m in self.messages)} partial "
-                             f"block(s), combined on arrival",
-                "Isend/Irecv": f"Isend/Irecv of {len(self.messages)} subarray(s) between "
-                               f"{len({(m.src, m.dst) for m in self.messages})} rank pair(s), in place"}[self.collective]
+        what = {Collective.LOCAL: "local copy, no communication",
+                Collective.ALLREDUCE: f"Allreduce({self.op}) in {len(self.groups)} group(s) of {_sizes(self.groups)}",
+                Collective.REDUCE_SCATTER: f"Reduce_scatter({self.op}) in {len(self.groups)} group(s) of "
+                                           f"{_sizes(self.groups)}",
+                Collective.REDUCE: f"Reduce({self.op}) in {len(self.groups)} group(s) of {_sizes(self.groups)}",
+                Collective.ALLGATHERV: f"Allgatherv in {len(self.groups)} group(s) of {_sizes(self.groups)}",
+                Collective.ALLTOALLW: f"Alltoallw of {sum(m.src != m.dst for m in self.messages)} subarray(s)",
+                Collective.ALLTOALLV: f"Alltoallv({self.op}) of {sum(m.src != m.dst for m in self.messages)} partial "
+                                      f"block(s), combined on arrival",
+                Collective.P2P: f"Isend/Irecv of {len(self.messages)} subarray(s) between "
+                                f"{len({(m.src, m.dst) for m in self.messages})} rank pair(s), in place"}
+        what = what[self.collective]
         change = f" ({self.change})" if self.change else ""
         return f"{self.array}{change}: {what}, {self.bytes:,} bytes"
 
@@ -204,18 +210,18 @@ def _partial_plan(array, src, dst, op, P, item, rank=None) -> CommPlan:
     if _clean(groups) and all(d is None or (s is not None and contains(s, d)) for s, d in zip(src, dst)):
         members = sorted(groups.values())
         if all(all(dst[q] == src[q] for q in g) for g in members):
-            return CommPlan(collective="Allreduce", groups=tuple(tuple(g) for g in members), **base)
+            return CommPlan(collective=Collective.ALLREDUCE, groups=tuple(tuple(g) for g in members), **base)
         if all(sum(dst[q] is not None for q in g) <= 1 for g in members):
             used = [g for g in members if any(dst[q] is not None for q in g)]
-            return CommPlan(collective="Reduce", groups=tuple(tuple(g) for g in used), **base)
-        return CommPlan(collective="Reduce_scatter", groups=tuple(tuple(g) for g in members), **base)
+            return CommPlan(collective=Collective.REDUCE, groups=tuple(tuple(g) for g in used), **base)
+        return CommPlan(collective=Collective.REDUCE_SCATTER, groups=tuple(tuple(g) for g in members), **base)
     index = BoxIndex(src)          # the contributors to each rank's block, without trying all pairs
     if rank is None:
         pairs = [(q, p) for q, d in enumerate(dst) for p in index.hits(d)]
     else:                          # what it receives, and the ranks whose blocks its own contribution meets
         pairs = sorted({(rank, p) for p in index.hits(dst[rank])} | {(q, rank) for q in BoxIndex(dst).hits(src[rank])})
     msgs = [Message(p, q, intersect(src[p], dst[q])) for q, p in pairs]
-    return CommPlan(collective="Alltoallv", messages=tuple(msgs), **base)
+    return CommPlan(collective=Collective.ALLTOALLV, messages=tuple(msgs), **base)
 
 
 def _allgather(src, dst) -> Optional[Tuple[List[Tuple[int, ...]], List[Optional[Box]]]]:
@@ -280,8 +286,8 @@ def plan_redistribution(array: str, src: Sequence[Optional[Box]], dst: Sequence[
             moves = bool(msgs)
         else:
             moves = _moves(src, dst)
-        return CommPlan(array=array, collective="Isend/Irecv" if moves else "local", nranks=P, itemsize=itemsize,
-                        op=None, src=tuple(src), dst=tuple(dst), messages=msgs, rank=rank)
+        return CommPlan(array=array, collective=Collective.P2P if moves else Collective.LOCAL, nranks=P,
+                        itemsize=itemsize, op=None, src=tuple(src), dst=tuple(dst), messages=msgs, rank=rank)
     if op is not None and _clean(_groups_by_block(src)) and all(len(g) == 1 for g in _groups_by_block(src).values()):
         op = None          # no element has two contributions: nothing to combine
     if op is not None:
@@ -289,11 +295,12 @@ def plan_redistribution(array: str, src: Sequence[Optional[Box]], dst: Sequence[
     base = dict(array=array, nranks=P, itemsize=itemsize, op=None, src=tuple(src), dst=tuple(dst), rank=rank)
     if all(contains(s, d) for s, d in zip(src, dst)):
         msgs = tuple(Message(q, q, d) for q, d in enumerate(dst) if d is not None and rank in (None, q))
-        return CommPlan(collective="local", messages=msgs, **base)
+        return CommPlan(collective=Collective.LOCAL, messages=msgs, **base)
     ag = _allgather(src, dst)
     if ag is not None and _covers_all(ag[0], dst):
-        return CommPlan(collective="Allgatherv", groups=tuple(ag[0]), pieces=tuple(ag[1]), **base)
-    return CommPlan(collective="Alltoallw", messages=tuple(_fetch(array, src, dst, strict=True, rank=rank)), **base)
+        return CommPlan(collective=Collective.ALLGATHERV, groups=tuple(ag[0]), pieces=tuple(ag[1]), **base)
+    msgs = tuple(_fetch(array, src, dst, strict=True, rank=rank))
+    return CommPlan(collective=Collective.ALLTOALLW, messages=msgs, **base)
 
 
 def _fetch(array, src, dst, strict: bool, rank: Optional[int] = None) -> List[Message]:

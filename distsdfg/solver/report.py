@@ -11,6 +11,7 @@ from dace.sdfg import SDFG
 from ..checks import positive_int, require_sdfg
 from ..analysis.eingraph import build_graph
 from ..errors import CommunicatorSizeError, SizeError
+from ..values.modes import Collective, KernelKind
 from ..values.plan import CommStep
 from .redistribute import CommPlan
 from .solve import ConcreteRedist, comm_steps, given_values, lowered_of, planned, solve_plan
@@ -32,7 +33,7 @@ class CommSummary:
     ordered pair of a group for Allreduce, Reduce_scatter and Allgatherv; distinct pairs of
     messages for Alltoallw, Alltoallv and Isend/Irecv; members and their root for a group Reduce.
     """
-    collective: str
+    collective: Collective
     array: str
     nranks: int
     bytes_sent: int
@@ -58,12 +59,12 @@ class CommSummary:
 def _pairs(cs, step: CommStep) -> int:
     if isinstance(cs, ConcreteRedist):
         plan = cs.plan
-        if plan.collective in ("Alltoallw", "Alltoallv", "Isend/Irecv"):
+        if plan.collective in (Collective.ALLTOALLW, Collective.ALLTOALLV, Collective.P2P):
             return len({(m.src, m.dst) for m in plan.messages if m.src != m.dst})
-        if plan.collective == "Reduce":
+        if plan.collective == Collective.REDUCE:
             return sum(len(g) - 1 for g in plan.groups)
         return sum(len(g) * (len(g) - 1) for g in plan.groups if len(g) > 1)
-    if step.collective in ("Scatterv", "Bcast"):
+    if step.collective in (Collective.SCATTERV, Collective.BCAST):
         return sum(1 for b in step.received if b)
     return sum(1 for b in step.sent if b)
 
@@ -189,7 +190,7 @@ def matmul_io_lower_bounds(sdfg: SDFG, nprocs: int, **sizes) -> List[Tuple[str, 
     g = build_graph(sdfg, **sizes)
     out = []
     for v in g.vertices:
-        if len(v.labels) == 3 and len(v.inputs) == 2 and len(v.agg) == 1 and v.kind == "library":
+        if len(v.labels) == 3 and len(v.inputs) == 2 and len(v.agg) == 1 and v.kind == KernelKind.LIBRARY:
             m, n, k = v.bounds
             item = v.outputs[0].itemsize if v.outputs else 8
             bound = 3 * (m * n * k / nprocs) ** (2 / 3) - (m * k + k * n + m * n) / nprocs

@@ -22,6 +22,8 @@ from ..geometry.boxes import common_refinement, intersect, reshape_alloc, reshap
 from ..geometry.boxindex import any_overlap
 from ..checks import require_sdfg
 from ..errors import DistributedLoweringError, ScheduleError, SizeError
+from ..values.codes import Flag
+from ..values.modes import Collective, StepKind
 from ..values.plan import (F_ACC, F_MASK, F_MERGE, F_PAD, F_REPL, CommStep, ConcreteStep, RankBlock, StepSpec, evaluate,
                            given_values, symbol_values)
 from .redistribute import CommPlan, plan_redistribution
@@ -197,27 +199,27 @@ def solve_step(spec: StepSpec, values: Dict[str, int], nranks: int, homes=None, 
 
     ``homes``: the solved homes (``solve_homes``) the step's layouts may refer to. ``rank``: a
     grid-to-grid step keeps only the messages that rank sends or receives (``plan_redistribution``)."""
-    if spec.kind == "redist":
+    if spec.kind == StepKind.REDIST:
         return solve_redist(spec, values, nranks, homes, rank)
     gshape = tuple(evaluate(s, values) for s in spec.global_shape)
     lshape = tuple(evaluate(s, values) for s in spec.local_shape)
     grid = spec.grid
     blocks = _all_blocks(spec, values, nranks, gshape)
     pcolor, pkey, rcolor, rkey, repl_axes = _sub_grids(blocks, grid, nranks)
-    flags = F_REPL if repl_axes else 0
+    flags = F_REPL if repl_axes else Flag(0)
     if spec.acc:
         flags |= F_ACC
     part = [blocks[q] for q in range(nranks) if pcolor[q] == 0 and blocks[q].count and all(blocks[q].size)]
     overlap = _overlapping(part)
-    if spec.kind == "gather" and not spec.exact and overlap:
+    if spec.kind == StepKind.GATHER and not spec.exact and overlap:
         flags |= F_MERGE
-    if spec.kind == "reduce" and not spec.acc and overlap:
+    if spec.kind == StepKind.REDUCE and not spec.acc and overlap:
         flags |= F_MASK
-    if spec.kind == "fill" and spec.pad:
+    if spec.kind == StepKind.FILL and spec.pad:
         flags |= F_PAD
     strides = tuple(evaluate(x, values) for x in spec.global_strides) if spec.global_strides else ()
     return ConcreteStep(spec, nranks, gshape, lshape, tuple(blocks), tuple(pcolor), tuple(pkey), tuple(rcolor),
-                        tuple(rkey), flags, strides)
+                        tuple(rkey), int(flags), strides)
 
 
 def _sub_grids(blocks: Sequence[RankBlock], grid: Tuple[int, ...], nranks: int):
@@ -279,7 +281,7 @@ def _comm_steps(cs) -> List[CommStep]:
     if isinstance(cs, ConcreteRedist):
         return cs.plan.comm_steps()
     spec, P, item = cs.spec, cs.nranks, cs.spec.itemsize
-    if spec.kind == "fill":
+    if spec.kind == StepKind.FILL:
         return []
     nbytes = [b.count * item if all(b.size) else 0 for b in cs.blocks]
     part = [q for q in range(P) if cs.pcolor[q] == 0]
@@ -312,17 +314,17 @@ def _comm_steps(cs) -> List[CommStep]:
                     recv[q] += nbytes[q]; sent[head] += nbytes[q]
         return CommStep(name, spec.array, tuple(sent), tuple(recv))
 
-    if spec.kind == "scatter":
-        out = [p2root("Scatterv", False)]
+    if spec.kind == StepKind.SCATTER:
+        out = [p2root(Collective.SCATTERV, False)]
         if cs.uses_replicate:
-            out.append(subgrid("Bcast", False))
+            out.append(subgrid(Collective.BCAST, False))
         return out
-    if spec.kind == "gather":
-        return [p2root("Gatherv", True)]
+    if spec.kind == StepKind.GATHER:
+        return [p2root(Collective.GATHERV, True)]
     out = []
     if cs.uses_replicate:
-        out.append(subgrid("Reduce", True))
-    out.append(p2root("Gatherv", True))
+        out.append(subgrid(Collective.REDUCE, True))
+    out.append(p2root(Collective.GATHERV, True))
     return out
 
 

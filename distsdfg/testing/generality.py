@@ -23,6 +23,8 @@ from typing import Dict, List
 
 import numpy as np
 
+from ..values.modes import KernelKind
+
 __all__ = ["classify", "CORPUS"]
 
 CORPUS = ["matmul", "atax", "mlp", "softmax", "jacobi2d", "cg", "trimul", "tri_syrk", "tri_scale", "loop_matmul",
@@ -49,7 +51,7 @@ def classify(name: str, nprocs: int = 4) -> Dict[str, object]:
         sched = distsdfg.auto_schedule(sdfg, nprocs, verify=False, **sizes).as_dict()
     except DistributedLoweringError as exc:
         return {"kernel": name, "class": "refused", "detail": f"{type(exc).__name__}: {exc}"}
-    kernels = [k for k in find_kernels(sdfg) if k.kind != "opaque"]
+    kernels = [k for k in find_kernels(sdfg) if k.kind != KernelKind.OPAQUE]
     whole = [m.info.key for k in kernels if k.runtime_symbols for m in k.maps]
     split = [k for k in kernels if any(np.prod(sched.get(m.info.key, (1,))) > 1 for m in k.maps)]
     if whole:

@@ -19,6 +19,8 @@ import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from ..values.modes import Collective
+
 SOURCE = Path(__file__).with_name("bytecount.c")
 ENV = "LD_PRELOAD"
 
@@ -120,7 +122,7 @@ def report_per_call(report, nprocs: int, trips: Optional[int] = None) -> Table:
                              f"loop bounds (scalar arguments) to comm_report as well")
         n = int(n)
         sent, recv = [b * n for b in s.sent], [b * n for b in s.received]
-        if s.collective == "Isend/Irecv":
+        if s.collective == Collective.P2P:
             add("Isend", sent, [0] * nprocs)
             add("Irecv", [0] * nprocs, recv)
         else:

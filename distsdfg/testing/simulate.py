@@ -13,6 +13,7 @@ import numpy as np
 
 from ..solver.redistribute import Box, CommPlan, intersect
 from ..analysis.tiling import block_span
+from ..values.modes import Collective
 
 _OPS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 _IDENTITY = {"sum": 0.0, "prod": 1.0, "max": -np.inf, "min": np.inf}
@@ -27,17 +28,17 @@ def run_plan(plan: CommPlan, sources: List[np.ndarray]) -> List[Optional[np.ndar
     shape = sources[0].shape
     out = [np.full(shape, np.nan) for _ in range(P)]
     c, op = plan.collective, plan.op
-    if c in ("local", "Alltoallw"):
+    if c in (Collective.LOCAL, Collective.ALLTOALLW):
         for m in plan.messages:
             out[m.dst][_sl(m.box)] = sources[m.src][_sl(m.box)]
-    elif c == "Alltoallv":
+    elif c == Collective.ALLTOALLV:
         for q in range(P):
             if plan.dst[q] is not None:
                 out[q][_sl(plan.dst[q])] = _IDENTITY[op]
         for m in sorted(plan.messages, key=lambda m: m.src):
             s = _sl(m.box)
             out[m.dst][s] = _OPS[op](out[m.dst][s], sources[m.src][s])
-    elif c in ("Allreduce", "Reduce_scatter", "Reduce"):
+    elif c in (Collective.ALLREDUCE, Collective.REDUCE_SCATTER, Collective.REDUCE):
         for g in plan.groups:
             blk = _sl(plan.src[g[0]])
             total = sources[g[0]][blk].copy()
@@ -48,7 +49,7 @@ def run_plan(plan: CommPlan, sources: List[np.ndarray]) -> List[Optional[np.ndar
             for q in g:
                 if plan.dst[q] is not None:
                     out[q][_sl(plan.dst[q])] = full[_sl(plan.dst[q])]
-    elif c == "Allgatherv":
+    elif c == Collective.ALLGATHERV:
         for g in plan.groups:
             for q in g:
                 for r in g:

@@ -20,7 +20,9 @@ import sympy
 from dace.sdfg import SDFG
 
 from ..checks import check_sizes
+from .codes import Flag
 from .exprs import evaluate
+from .modes import Collective, StepKind
 
 __all__ = ["Layout", "StepSpec", "RankBlock", "ConcreteStep", "CommStep", "HomeSpec", "HomeSolution", "evaluate",
            "symbol_values", "given_values", "axis_symbols", "boxes_text", "ROOT_HOME", "ALL_HOME", "F_ACC", "F_MERGE",
@@ -28,10 +30,9 @@ __all__ = ["Layout", "StepSpec", "RankBlock", "ConcreteStep", "CommStep", "HomeS
 
 #: ``Layout.home`` of the program's own array: held whole by rank 0 only / by every rank.
 ROOT_HOME, ALL_HOME = "^", "*"
-#: ``ConcreteStep.flags``: accumulate into the destination, merge overlapping gathered blocks,
-#: replicate over a sub-grid, mask overlapping partial blocks, fill only what lies outside the
-#: block (padding; the next step writes the block) (read by distsdfg_runtime.h).
-F_ACC, F_MERGE, F_REPL, F_MASK, F_PAD = 1, 2, 4, 8, 16
+#: ``ConcreteStep.flags``: the bits of ``codes.Flag`` (accumulate into the destination, merge overlapping
+#: gathered blocks, replicate over a sub-grid, mask overlapping partial blocks, fill only the padding).
+F_ACC, F_MERGE, F_REPL, F_MASK, F_PAD = Flag.ACC, Flag.MERGE, Flag.REPL, Flag.MASK, Flag.PAD
 
 
 def axis_symbols(rank_syms, grid) -> Tuple[str, ...]:
@@ -75,7 +76,7 @@ class StepSpec:
     ``origin`` is the global index of the local buffer's first element.
     """
     index: int
-    kind: str                      # scatter | gather | reduce | fill
+    kind: StepKind                 # a StepKind or its value (scatter | gather | reduce | fill | redist)
     array: str
     local: str
     kernel: int
@@ -101,23 +102,28 @@ class StepSpec:
     at_most: bool = False          # ``repeats`` bounds a loop that may exit early
     pad: bool = False              # fill: of a padded input; the next step writes the block itself
 
+    def __post_init__(self):
+        object.__setattr__(self, "kind", StepKind(self.kind))
+
     @property
     def layout(self) -> Layout:
         """The layout this step leaves behind (for a scatter or redist) or reads (gather, reduce)."""
         return Layout(self.local, self.kernel_label, self.grid, self.rank_syms, self.boxes, self.origin,
-                      self.local_shape, self.op if self.kind == "reduce" else None, self.view_shape, self.home,
+                      self.local_shape, self.op if self.kind == StepKind.REDUCE else None, self.view_shape, self.home,
                       self.clip)
 
     def __str__(self):
         times = "" if self.repeats == "1" else f" x{'<=' if self.at_most else ''}{self.repeats}"
-        if self.kind == "redist":
+        if self.kind == StepKind.REDIST:
             src = self.source
             part = f" partial({src.op})" if src.op else ""
             how = " in place" if self.inplace else ""
             return (f"step {self.index}: redist  {self.array} ({src.kernel_label} grid {src.grid}{part} -> "
                     f"{self.kernel_label} grid {self.grid}{how}){times}")
-        what = {"scatter": "root -> blocks", "gather": "blocks -> root", "reduce": f"partial({self.op}) -> root",
-                "fill": f"identity({self.op}) -> block" + (" (but its first holder)" if self.acc else "")}[self.kind]
+        first = " (but its first holder)" if self.acc else ""
+        what = {StepKind.SCATTER: "root -> blocks", StepKind.GATHER: "blocks -> root",
+                StepKind.REDUCE: f"partial({self.op}) -> root", StepKind.FILL: f"identity({self.op}) -> block{first}"}
+        what = what[self.kind]
         return f"step {self.index}: {self.kind:7s} {self.array} ({what}) for {self.kernel_label} grid {self.grid}{times}"
 
 
@@ -144,7 +150,7 @@ class ConcreteStep:
     pkey: Tuple[int, ...]
     rcolor: Tuple[int, ...]
     rkey: Tuple[int, ...]
-    flags: int
+    flags: int                     # the bits of ``codes.Flag``
     global_strides: Tuple[int, ...] = ()
 
     @property
@@ -160,12 +166,15 @@ class CommStep:
     inside one (an int when the sizes given determine it, else the symbolic count as a string);
     ``at_most`` marks a count that bounds a loop that can exit early (``break``).
     """
-    collective: str
+    collective: Collective
     array: str
     sent: Tuple[int, ...]
     received: Tuple[int, ...]
     repeats: object = 1
     at_most: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "collective", Collective(self.collective))
 
     @property
     def total_sent(self) -> Tuple[int, ...]:

@@ -1,7 +1,7 @@
 // distsdfg runtime: executes one communication step of a distributed SDFG.
 //
 // A step is described by a table of int64 values that the Python side computes from the
-// solved communication plan (distsdfg/plan.py, `encode_step`). The layout of a step is
+// solved communication plan (distsdfg/mpi/encode.py, `encode_step`). The layout of a step is
 //   [kind, dtype, op, ndim, nranks, flags, gshape[ndim], lshape[ndim], gstrides[ndim],
 //    per rank: origin[ndim], start[ndim], size[ndim], pcolor, pkey, rcolor, rkey]
 // (gstrides: the global array's element strides, so that strided views such as a transposed
@@ -38,33 +38,32 @@
 #include <utility>
 #include <vector>
 
+#include "distsdfg_codes.h"
+
 namespace distsdfg {
 // Internal linkage: every generated program gets its own copy, including the communicator
 // caches. (Function-local statics of ordinary inline functions become process-wide unique
 // symbols that outlive an unloaded program library.)
 namespace {
 
-enum Kind : int64_t { SCATTER = 1, GATHER = 2, REDUCE = 3, FILL = 4, REDIST = 5 };
-enum Mode : int64_t { M_LOCAL = 0, M_ALLREDUCE = 1, M_REDUCE_SCATTER = 2, M_ALLGATHERV = 3, M_ALLTOALLW = 4,
-                      M_ALLTOALLV = 5, M_REDUCE = 6, M_P2P = 7 };
-enum Op : int64_t { OP_NONE = 0, OP_SUM = 1, OP_PROD = 2, OP_MAX = 3, OP_MIN = 4 };
-enum Flag : int64_t { F_ACC = 1, F_MERGE = 2, F_REPL = 4, F_MASK = 8, F_PAD = 16 };
+// The codes of a step table (Kind, Mode, Op, Flag, Dtype) are in distsdfg_codes.h, generated from
+// distsdfg/values/codes.py.
 
 inline MPI_Datatype mpi_type(int64_t code) {
     switch (code) {
-        case 0: return MPI_FLOAT;
-        case 1: return MPI_DOUBLE;
-        case 2: return MPI_INT32_T;
-        case 3: return MPI_INT64_T;
-        case 4: return MPI_UINT32_T;
-        case 5: return MPI_UINT64_T;
-        case 6: return MPI_INT8_T;
-        case 7: return MPI_UINT8_T;
-        case 8: return MPI_INT16_T;
-        case 9: return MPI_UINT16_T;
-        case 10: return MPI_C_FLOAT_COMPLEX;
-        case 11: return MPI_C_DOUBLE_COMPLEX;
-        case 12: return MPI_C_BOOL;
+        case DT_FLOAT32: return MPI_FLOAT;
+        case DT_FLOAT64: return MPI_DOUBLE;
+        case DT_INT32: return MPI_INT32_T;
+        case DT_INT64: return MPI_INT64_T;
+        case DT_UINT32: return MPI_UINT32_T;
+        case DT_UINT64: return MPI_UINT64_T;
+        case DT_INT8: return MPI_INT8_T;
+        case DT_UINT8: return MPI_UINT8_T;
+        case DT_INT16: return MPI_INT16_T;
+        case DT_UINT16: return MPI_UINT16_T;
+        case DT_COMPLEX64: return MPI_C_FLOAT_COMPLEX;
+        case DT_COMPLEX128: return MPI_C_DOUBLE_COMPLEX;
+        case DT_BOOL: return MPI_C_BOOL;
     }
     throw std::runtime_error("distsdfg: unknown dtype code");
 }
@@ -985,7 +984,7 @@ void gather(const Step& s, const T* local, T* global, Context& ctx, bool reduce)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Grid-to-grid redistribution (distsdfg/redistribute.py). Table layout:
+// Grid-to-grid redistribution (distsdfg/solver/redistribute.py). Table layout:
 //   [kind, dtype, op, ndim, nranks, mode, gshape[nd], src_lshape[nd], dst_lshape[nd],
 //    per rank: src_origin[nd], dst_origin[nd], S(start, size), D(start, size), piece(start, size),
 //              color, key,

@@ -10,7 +10,9 @@ An MLP (float64, cross-entropy, AdamW with weight decay), a new batch every step
   distributed placement, load the checkpoint and train steps 3 and 4;
 - ``load:3``: ranks 0-2 the same with the batch split 3 ways in root placement.
 
-Rank 0 compares losses, weights, both Adam moments and the step counter with 4 steps of ``torch.optim.AdamW``.
+Rank 0 compares losses, weights, both Adam moments and the step counter with 4 steps of ``torch.optim.AdamW``;
+``load:2`` also records what every rank raised loading the checkpoint for a mismatched tensor and with a read
+that fails on rank 1 alone.
 Ranks outside a phase wait for it asleep.
 """
 import json
@@ -98,6 +100,8 @@ def run_phase(comm, schedule: str, placement, first: int, steps: int, ckpt: str,
     args = mine(step.arguments(x, y))
     if load:
         args.update(step.load_checkpoint(ckpt, fn))
+        if P == 2:
+            refused = refusals(comm, ckpt, step, fn)
     losses = []
     for k in range(first, first + steps):
         args.update(mine({a: v for a, v in step.arguments(*batch(k)).items() if a in step.inputs}))
@@ -119,6 +123,8 @@ def run_phase(comm, schedule: str, placement, first: int, steps: int, ckpt: str,
                 got[a] = lay[a].assemble(blocks)
         else:
             got[a] = args[a]
+    if load and P == 2:
+        result["refusals"] = comm.gather(refused, root=0)
     if rank == 0:
         ref_losses, state, moments = reference(first + steps)
         result["loss_err"] = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses[first:]))
@@ -128,6 +134,32 @@ def run_phase(comm, schedule: str, placement, first: int, steps: int, ckpt: str,
         result["state_err"] = max(_rel(ost[k.split(":")[0]][k.split(":")[1]].numpy(), v) for k, v in moments.items())
         result["step"] = float(got["optim_step"][0])
     return result
+
+
+def refusals(comm, ckpt, step, fn):
+    """What each rank raised loading ``ckpt`` for a wider ``fc1.weight`` (every rank), and with rank 1 alone
+    asking for a block beyond ``fc1.weight``'s rows (a failure on one rank only)."""
+    import dataclasses
+    from distsdfg.errors import CheckpointError
+    from distsdfg.frontend.torch_checkpoint import tensors_of
+    from distsdfg.runtime import checkpoint as ck
+    tensors = tensors_of(step)
+    lays = ck.program_layouts(fn, [t.argument for t in tensors])
+    w = lays["fc1_weight"]
+    wider = {**lays, "fc1_weight": dataclasses.replace(w, shape=(HIDDEN + 4, N_IN))}
+    beyond = dict(lays)
+    if comm.rank == 1:
+        blocks = list(w.blocks)
+        blocks[1] = ((0, HIDDEN + 4), (0, N_IN))
+        beyond["fc1_weight"] = dataclasses.replace(w, blocks=tuple(blocks))
+    out = []
+    for layouts in (wider, beyond):
+        try:
+            ck.load_checkpoint(ckpt, tensors, layouts, comm=comm)
+            out.append("")
+        except CheckpointError as exc:
+            out.append(f"{type(exc).__name__}: {exc}")
+    return out
 
 
 def wait_asleep(comm):

@@ -7,7 +7,7 @@ the tensors and both shapes; a directory without its index (a save that did not 
 mpiexec tier (``checkpoint_run.py``, one launch on 4 ranks): 2 AdamW steps on 4 ranks (ZeRO-1, distributed
 placement), saved; loaded on 2 ranks (Megatron, distributed placement) and on 3 (batch split, root
 placement), 2 more steps each: losses, weights, both Adam moments and the step counter equal 4 uninterrupted
-PyTorch steps (float64, 1e-10).
+PyTorch steps (float64, 1e-10); a mismatched checkpoint, and a read failing on one rank, raise on every rank.
 """
 import json
 import os
@@ -227,7 +227,7 @@ def resumed(tmp_path_factory):
     folder = tmp_path_factory.mktemp("checkpoint")
     out = folder / "out.json"
     argv = mpiexec_argv(4, [os.path.join(HERE, "checkpoint_run.py"), str(out), str(folder / "ck")], timeout=1200)
-    env = checkout_env(PYTHONHASHSEED="0", DISTSDFG_BUILDS=os.environ.get("DISTSDFG_BUILDS", ".dacecache"))
+    env = checkout_env(PYTHONHASHSEED="0")
     proc = subprocess.run(argv, env=env, cwd=str(folder), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {r["phase"]: r for r in json.loads(out.read_text())}
@@ -242,3 +242,8 @@ def test_resumed_on_other_rank_counts_matches_an_uninterrupted_run(resumed, phas
         assert r["files"] > r["tensors"]      # the ZeRO-1 state saved as blocks, not gathered
         return
     assert r["step"] == 4.0 and r["rel_err"] <= 1e-10 and r["state_err"] <= 1e-10, r
+    if phase == "load:2":      # every rank raised, for a mismatch and for one rank's failure alike
+        for mismatch, one_rank in r["refusals"]:
+            assert mismatch.startswith("CheckpointMismatchError") and \
+                "`fc1.weight`: the checkpoint holds float64[12, 8], the program float64[16, 8]" in mismatch
+            assert one_rank.startswith("CheckpointError") and "failed on 1 rank(s): rank 1: `fc1.weight`" in one_rank

@@ -30,9 +30,9 @@ def tensors_of(prog) -> List[Tensor]:
 
 
 def _layouts(prog, tensors, program):
-    if program is None:      # one process (``prog.sdfg(**args)``): every array whole
-        return whole_layouts({t.argument: (prog._values[t.argument].shape, prog._values[t.argument].dtype)
-                              for t in tensors})
+    if program is None:      # one process (``prog.sdfg(**args)``): every array whole, 0-d ones as one element
+        specs = {a.name: (tuple(a.shape) or (1,), a.dtype) for a in prog.args}
+        return whole_layouts({t.argument: specs[t.argument] for t in tensors})
     return program_layouts(program, [t.argument for t in tensors])
 
 

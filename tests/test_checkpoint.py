@@ -110,6 +110,9 @@ def test_saved_by_four_ranks_read_on_three_in_other_layouts(tmp_path, monkeypatc
                 assert got[q][a].size == 0        # a distributed layout's rank without a block: an empty array
             else:
                 np.testing.assert_array_equal(got[q][a], VALUES[a][lay.slices(q)])
+    with pytest.raises(CheckpointError, match=r"`fc1.weight`: the block \[\[0, 13\], \[0, 5\]\] lies outside its shape "
+                                              r"\[12, 5\]"):
+        index.entry("fc1.weight").read(str(tmp_path), ((0, 13), (0, 5)))
     # a root layout gives the array to rank 0 alone; the others are not given it
     root = {**lays, "b": _root("b", (3,), 3)}
     assert "b" not in ck.read_blocks(str(tmp_path), index, TENSORS, root, 1)

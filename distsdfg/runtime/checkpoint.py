@@ -110,6 +110,9 @@ class TensorEntry:
         """The tensor's elements in ``box`` (``(start, stop)`` per dimension; the whole tensor by default),
         read through memory maps of the files it overlaps: only those files, only those bytes."""
         box = tuple((0, n) for n in self.shape) if box is None else tuple(tuple(map(int, d)) for d in box)
+        if len(box) != len(self.shape) or any(a < 0 or e > n or a > e for (a, e), n in zip(box, self.shape)):
+            raise CheckpointError(f"`{self.name}`: the block {[list(d) for d in box]} lies outside its shape "
+                                  f"{list(self.shape)}")
         out = np.empty(tuple(e - a for a, e in box), dtype=self.dtype)
         filled = 0
         for b in self.blocks:

@@ -23,6 +23,8 @@ __all__ = [
     "FrontendInvalidError",
     "ProgramParseError",
     "PlanMismatchError",
+    "CheckpointError",
+    "CheckpointMismatchError",
 ]
 
 
@@ -124,3 +126,13 @@ class PlanMismatchError(DistributedLoweringError):
     """The ranks lowered a program differently (another program, schedule or order of rewrites): every
     rank raises it at ``compile``, naming the first difference, instead of running a plan the binary
     rank 0 built does not have."""
+
+
+class CheckpointError(DistributedLoweringError):
+    """A checkpoint directory cannot be written or read: no index (not a checkpoint, or one whose saving did
+    not finish), a block file missing or not what the index says, an array that is not this rank's block."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """A checkpoint's tensors do not fit the program it is loaded into: the message names every tensor that
+    is missing on either side or whose shape or dtype differs, with both shapes."""

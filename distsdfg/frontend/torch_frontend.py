@@ -90,7 +90,9 @@ class TorchProgram:
     (copies of the parameters, buffers and optimizer state as NumPy arrays, and the inputs).
     Calling returns the module's outputs (the loss for a training step, as a one-element
     array; 0-d outputs are one-element arrays). ``state_dict(arguments)``: the arrays back as
-    ``module.state_dict()`` names and torch tensors.
+    ``module.state_dict()`` names and torch tensors. ``save_checkpoint(path, arguments, program)`` /
+    ``load_checkpoint(path, program)``: the state to a directory of ``.npy`` blocks and back, on any number of
+    ranks.
     """
 
     def __init__(self, name, source, function, args: List[Argument], outputs: List[Tuple[Tuple[int, ...], np.dtype]],
@@ -173,6 +175,22 @@ class TorchProgram:
                 if step is not None:
                     out[key]["step"] = torch.tensor(float(np.asarray(step).reshape(-1)[0]))
         return out
+
+    def save_checkpoint(self, path, arguments: Dict[str, np.ndarray], program=None):
+        """Collective over ``program``'s ranks (None: one process): save the state held in ``arguments``
+        (this rank's arrays: its blocks in distributed placement) into the directory ``path``, one ``.npy``
+        file per block and an ``index.json`` that rank 0 writes last (docs/torch.md, "Checkpoints").
+        Returns the index (``distsdfg.runtime.checkpoint.CheckpointIndex``)."""
+        from .torch_checkpoint import save
+        return save(self, path, arguments, program)
+
+    def load_checkpoint(self, path, program=None) -> Dict[str, np.ndarray]:
+        """Collective over ``program``'s ranks (None: one process): the state saved in ``path`` (by any
+        number of ranks) as this rank passes it to ``program``: its blocks in distributed placement, the
+        one-element arrays on every rank, other arrays whole on rank 0. Each rank reads only the files its
+        blocks overlap. A checkpoint of other tensors or shapes raises ``CheckpointMismatchError``."""
+        from .torch_checkpoint import load
+        return load(self, path, program)
 
     def __str__(self) -> str:
         ins = ", ".join(f"{a.name}{list(a.shape)}" for a in self.args if a.kind in ("input", "target"))

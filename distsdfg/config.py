@@ -11,6 +11,7 @@ a test or a launcher may set the variable before any call.
 | ``DISTSDFG_PREFUSE`` | ``1`` | ``lower(sdfg, "auto", nprocs=P)`` fuses the program's maps as DaCe's ``auto_optimize`` does before planning (``0``: plan the maps as written) |
 | ``DISTSDFG_STEP_TIMES`` | ``0`` | every call prints on stderr its time and the time in the compiled program, every communication step its own (the runtime header reads it too), after a legend on rank 0 of what each step moves, for which kernel and source line |
 | ``DISTSDFG_TRACE`` | (unset) | ``FILE.json``: programs compiled while it is set record every rank's kernels and communication steps, with their bytes, and every call appends them to this Chrome trace (``distsdfg.runtime.trace``; ``compile(sdfg, trace=FILE)`` for one program) |
+| ``DISTSDFG_CRASH_REPORT`` | ``1`` | a rank that crashes inside a compiled program (segfault, abort) prints its rank, the program and the communication step it was in or had last finished, with that step's kernel and source line, then Python's stack (``distsdfg.runtime.crash``; ``0``: no handler is installed) |
 | ``DISTSDFG_NUMPY_SLICES`` | ``1`` | inside ``numpy_semantics()``: a slice of extent one keeps its dimension, as in NumPy (``distsdfg.dace_compat.slices``) |
 | ``DISTSDFG_NUMPY_FUNCTIONS`` | ``1`` | inside ``numpy_semantics()``: ``np.clip``, ``np.var``, ``np.cumsum``, ``argmax``, ... parse as DaCe operations instead of callbacks (``dace_compat.npfuncs``, ``dace_compat.nparrays``) |
 | ``DISTSDFG_PYTHON_DIVISION`` | ``1`` | inside ``numpy_semantics()``: ``//`` and ``%`` with Python's signs, ``np.sum`` of booleans counts (``dace_compat.pyops``) |
@@ -30,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-__all__ = ["Flag", "Text", "Setting", "WHOLE_WHEN_CHEAPER", "PREFUSE", "OWN_GEMV", "STEP_TIMES", "TRACE_FILE",
+__all__ = ["Flag", "Text", "Setting", "WHOLE_WHEN_CHEAPER", "PREFUSE", "OWN_GEMV", "STEP_TIMES", "TRACE_FILE", "CRASH_REPORT",
            "NUMPY_SLICES", "NUMPY_FUNCTIONS", "PYTHON_DIVISION", "TASKLET_INDEX", "FINITE_MATH", "OPTIMIZE",
            "REBUILD", "CMAKE_BUILD", "PCH", "BUILD_TYPE", "CALL_TIMEOUT", "PACK_SYMBOLS_ABOVE", "CUDA_ARCH",
            "SPLIT_GAIN", "FLAGS", "SETTINGS"]
@@ -66,6 +67,7 @@ PREFUSE = Flag("DISTSDFG_PREFUSE", True, "fuse maps as DaCe's auto_optimize does
 OWN_GEMV = Flag("DISTSDFG_GEMV", True, "matrix-vector products of OpenBLAS builds run distsdfg's streaming loops")
 STEP_TIMES = Flag("DISTSDFG_STEP_TIMES", False, "print every call's and every communication step's time on stderr")
 TRACE_FILE = Text("DISTSDFG_TRACE", "the Chrome trace file that compiled programs append every call's kernels and steps to")
+CRASH_REPORT = Flag("DISTSDFG_CRASH_REPORT", True, "a crashing rank names its rank, program and step on stderr")
 
 #: A split schedule must be priced at least this many times faster than the whole program on one
 #: rank to be chosen: the time model does not see every per-call and per-step cost of a split program.
@@ -82,7 +84,7 @@ REBUILD = Flag("DISTSDFG_REBUILD", False, "build every program again")
 CMAKE_BUILD = Flag("DISTSDFG_CMAKE", False, "build through DaCe's CMake")
 PCH = Flag("DISTSDFG_PCH", True, "precompiled headers for the direct GCC build")
 
-FLAGS = (WHOLE_WHEN_CHEAPER, PREFUSE, OWN_GEMV, STEP_TIMES, TRACE_FILE, NUMPY_SLICES, NUMPY_FUNCTIONS,
+FLAGS = (WHOLE_WHEN_CHEAPER, PREFUSE, OWN_GEMV, STEP_TIMES, TRACE_FILE, CRASH_REPORT, NUMPY_SLICES, NUMPY_FUNCTIONS,
          PYTHON_DIVISION, TASKLET_INDEX, FINITE_MATH, OPTIMIZE, REBUILD, CMAKE_BUILD, PCH)
 
 

@@ -28,6 +28,7 @@ from ..config import STEP_TIMES, TRACE_FILE
 from .trace import TraceFile
 from .builds import build, load_build
 from .callsync import CallStart, scalar_arguments
+from .crash import attach as attach_crash_report
 from .fingerprint import check_same_plan
 from .device_arrays import back_to_device, is_array, is_cupy, on_device, to_host, wait_for_callers_stream
 from .root_args import RootArguments, check_blocks, replica_values, unequal_replicas
@@ -93,6 +94,8 @@ class DistributedProgram:
         self._start = CallStart(comm, self.lowered.original_name)      # collective, as the constructor is
         # Built with the trace recorder: every call appends every rank's events to this file.
         self.trace = TraceFile.open(trace, comm) if trace else None
+        # What this rank prints if it crashes inside the compiled program (runtime.crash).
+        self._crash = attach_crash_report(compiled, self.lowered, comm_of().rank)
 
     # -- argument checking (rank 0) ---------------------------------------------------------------
     @functools.cached_property
@@ -391,12 +394,18 @@ class DistributedProgram:
         dc.fresh_return_arrays(self._compiled)     # results are handed over, not copied
         t_program = time.perf_counter()
         t_wall = time.time() * 1e6
-        if blocks or reshapes:      # a rank's block is often a view (a slice of a memory map); a reshaped
-            # argument is one; both checked contiguous above
-            with dc.allow_view_arguments():
+        if self._crash is not None:
+            self._crash.enter()
+        try:
+            if blocks or reshapes:      # a rank's block is often a view (a slice of a memory map); a reshaped
+                # argument is one; both checked contiguous above
+                with dc.allow_view_arguments():
+                    out = dc.call_compiled(self._compiled, call)
+            else:
                 out = dc.call_compiled(self._compiled, call)
-        else:
-            out = dc.call_compiled(self._compiled, call)
+        finally:
+            if self._crash is not None:
+                self._crash.leave()
         if self.trace is not None:
             self.trace.add_call(self, values, t_wall, time.time() * 1e6, self._compiled)
         if STEP_TIMES.get():

@@ -209,6 +209,14 @@ def loader_stub(cxx: str) -> str:
     return lib
 
 
+def _hash_runtime_headers(h) -> None:
+    """Add the contents of every header of distsdfg's runtime (``mpi/include``) to the hash ``h``."""
+    from ..mpi.environment import INCLUDE_DIR
+    for name in sorted(os.listdir(INCLUDE_DIR)):
+        with open(os.path.join(INCLUDE_DIR, name), "rb") as f:
+            h.update(f.read())
+
+
 def precompiled_header(cxx: str, flags: List[str], headers: List[str]) -> Optional[str]:
     """A header that includes DaCe's runtime and ``headers``, with its GCC precompiled form beside it
     (built once per compiler, flags and header contents); None where GCC is not the compiler."""
@@ -223,6 +231,7 @@ def precompiled_header(cxx: str, flags: List[str], headers: List[str]) -> Option
             if os.path.isfile(p):
                 with open(p, "rb") as f:
                     h.update(f.read())
+    _hash_runtime_headers(h)        # and the headers ours include
     import dace
     h.update(dace.__version__.encode())
     folder = os.path.join(cache_dir(), f"pch-{h.hexdigest()[:16]}")
@@ -270,9 +279,7 @@ def host_steps_library(cxx: str, flags: List[str], pch: Optional[str], ctype: st
     text = (f"#include <dace/dace.h>\n#include <distsdfg_runtime.h>\n#include <distsdfg_host_steps.h>\n"
             f"DISTSDFG_DEFINE_HOST_STEP({ctype}, {host_step_name(ctype)})\n")
     h = hashlib.sha1((cxx + compiler_id(cxx) + "\0".join(flags + mpi_libs) + text).encode())
-    for name in ("distsdfg_runtime.h", "distsdfg_host_steps.h"):
-        with open(os.path.join(INCLUDE_DIR, name), "rb") as f:
-            h.update(f.read())
+    _hash_runtime_headers(h)
     folder = os.path.join(cache_dir(), f"steps-{h.hexdigest()[:16]}")
     lib = os.path.join(folder, f"lib{host_step_name(ctype)}.so")
     if os.path.exists(lib):

@@ -38,6 +38,8 @@
 #include <utility>
 #include <vector>
 
+#include "distsdfg_crash.h"
+
 namespace distsdfg {
 // Internal linkage: every generated program gets its own copy, including the communicator
 // caches. (Function-local statics of ordinary inline functions become process-wide unique
@@ -1491,7 +1493,10 @@ struct StepRunner {
 /// the caller's communicator ``comm``; ``GD``: rank 0's global array is device memory too.
 template <typename T, typename Mem = HostMem, bool GD = false>
 void run_step(const int64_t* plan, int64_t index, const T* src, T* dst, MPI_Comm comm) {
+    distsdfg_crash_marker* const marker = __distsdfg_crash_marker;      // what a crash reports (distsdfg_crash.h)
+    if (marker != nullptr) marker->step = index;
     StepRunner<T, Mem, GD>::run(plan, index, src, dst, comm);
+    if (marker != nullptr) marker->step = -2 - index;
 }
 
 }  // namespace

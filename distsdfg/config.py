@@ -15,6 +15,7 @@ a test or a launcher may set the variable before any call.
 | ``DISTSDFG_NUMPY_SLICES`` | ``1`` | inside ``numpy_semantics()``: a slice of extent one keeps its dimension, as in NumPy (``distsdfg.dace_compat.slices``) |
 | ``DISTSDFG_NUMPY_FUNCTIONS`` | ``1`` | inside ``numpy_semantics()``: ``np.clip``, ``np.var``, ``np.cumsum``, ``argmax``, ... parse as DaCe operations instead of callbacks (``dace_compat.npfuncs``, ``dace_compat.nparrays``) |
 | ``DISTSDFG_PYTHON_DIVISION`` | ``1`` | inside ``numpy_semantics()``: ``//`` and ``%`` with Python's signs, ``np.sum`` of booleans counts (``dace_compat.pyops``) |
+| ``DISTSDFG_WHILE_FLAGS`` | ``1`` | inside ``numpy_semantics()``: a program DaCe cannot parse is parsed once more with its ``while`` conditions kept in flags and its locals named like SymPy functions renamed (``while diff > tol and steps < max_steps:``; ``dace_compat.whiles``) |
 | ``DISTSDFG_TASKLET_INDEX`` | ``1`` | inside ``numpy_semantics()``: a tasklet's ``_w[p, q]`` on a plane keeps both indices (``dace_compat.tasklet_index``) |
 | ``DISTSDFG_OPTIMIZE`` | ``1`` | rank-local optimisation after tiling when ``lower(..., optimize=None)`` (``distsdfg.lowering.optimize``) |
 | ``DISTSDFG_REBUILD`` | ``0`` | ``1``: build every program again instead of reusing an unchanged build |
@@ -32,7 +33,7 @@ import dataclasses
 import os
 
 __all__ = ["Flag", "Text", "Setting", "WHOLE_WHEN_CHEAPER", "PREFUSE", "OWN_GEMV", "STEP_TIMES", "TRACE_FILE", "CRASH_REPORT",
-           "NUMPY_SLICES", "NUMPY_FUNCTIONS", "PYTHON_DIVISION", "TASKLET_INDEX", "FINITE_MATH", "OPTIMIZE",
+           "NUMPY_SLICES", "NUMPY_FUNCTIONS", "PYTHON_DIVISION", "TASKLET_INDEX", "WHILE_FLAGS", "FINITE_MATH", "OPTIMIZE",
            "REBUILD", "CMAKE_BUILD", "PCH", "BUILD_TYPE", "CALL_TIMEOUT", "PACK_SYMBOLS_ABOVE", "CUDA_ARCH",
            "SPLIT_GAIN", "FLAGS", "SETTINGS"]
 
@@ -77,6 +78,7 @@ NUMPY_SLICES = Flag("DISTSDFG_NUMPY_SLICES", True, "a slice of extent one keeps 
 NUMPY_FUNCTIONS = Flag("DISTSDFG_NUMPY_FUNCTIONS", True, "NumPy functions DaCe leaves as callbacks parse as DaCe operations")
 PYTHON_DIVISION = Flag("DISTSDFG_PYTHON_DIVISION", True, "// and % with Python's signs; np.sum of booleans counts")
 TASKLET_INDEX = Flag("DISTSDFG_TASKLET_INDEX", True, "a tasklet's multi-dimensional access keeps one index per connector dim")
+WHILE_FLAGS = Flag("DISTSDFG_WHILE_FLAGS", True, "while conditions DaCe cannot parse are kept in flags (parsed again)")
 FINITE_MATH = Flag("DISTSDFG_FINITE_MATH", False, "keep -ffast-math's finite-math assumption for programs testing isnan/isinf")
 
 OPTIMIZE = Flag("DISTSDFG_OPTIMIZE", True, "rank-local optimisation after tiling")
@@ -85,7 +87,7 @@ CMAKE_BUILD = Flag("DISTSDFG_CMAKE", False, "build through DaCe's CMake")
 PCH = Flag("DISTSDFG_PCH", True, "precompiled headers for the direct GCC build")
 
 FLAGS = (WHOLE_WHEN_CHEAPER, PREFUSE, OWN_GEMV, STEP_TIMES, TRACE_FILE, CRASH_REPORT, NUMPY_SLICES, NUMPY_FUNCTIONS,
-         PYTHON_DIVISION, TASKLET_INDEX, FINITE_MATH, OPTIMIZE, REBUILD, CMAKE_BUILD, PCH)
+         PYTHON_DIVISION, TASKLET_INDEX, WHILE_FLAGS, FINITE_MATH, OPTIMIZE, REBUILD, CMAKE_BUILD, PCH)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ _dace2_names()      # DaCe 2.0's renamed API under the 1.0.2 names this package 
 from .build import (BUILD_TYPE, SEQ_REDUCE, ExpandReduceSequentialByValue, allow_view_arguments, batched_products,
                     blas_chosen_by_user, blas_implementation, blas_library, blas_nodes, build_folder_chosen, call_compiled,
                     cxx_compiler,
-                    ensure_mpi_on_path, fresh_return_arrays, from_json, library_symbol, generate_code, load_compiled,
+                    ensure_mpi_on_path, fresh_return_arrays, from_json, generate_code, load_compiled,
                     mkl_link_library, mpi_bin_dir, order_return_arrays, reinitialise, release_build,
                     sequential_reduce, structure_fingerprint, to_json, use_blas_implementation, use_openblas_environment,
                     openblas_environment, write_program_folder,
@@ -30,6 +30,7 @@ from .build import (BUILD_TYPE, SEQ_REDUCE, ExpandReduceSequentialByValue, allow
 from .expansions import force_pure_expansion, repair_init_accumulate_races, standalone_expansion
 from .indirect import narrow_indirect_accesses
 from .rename import rename_data
+from .trace import library_symbol
 from . import trace as _trace      # registers the TRACE instrumentation (programs saved with it load anywhere)
 from .auto_opt import auto_optimize_cpu, fuse_maps_greedily, fused_in_place
 

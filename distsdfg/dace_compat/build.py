@@ -265,18 +265,6 @@ def cxx_compiler() -> str:
     return shutil.which(exe) or exe
 
 
-def library_symbol(compiled, name: str):
-    """(address of the exported symbol ``name`` in a DaCe ``CompiledSDFG``'s library, the library's
-    path), or None where the library is not loaded or lacks it."""
-    import ctypes
-    lib = getattr(compiled, "_lib", None)
-    try:
-        addr = lib._stub.get_symbol(lib._lib, ctypes.c_char_p(name.encode()))
-    except AttributeError:
-        return None
-    return (int(addr), lib._library_filename) if addr else None
-
-
 def fresh_return_arrays(compiled) -> None:
     """Make the next call of a DaCe ``CompiledSDFG`` allocate new return arrays (DaCe 1.0.2 reuses
     them between calls of equal sizes), so that the caller may keep them without a copy."""

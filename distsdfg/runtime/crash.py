@@ -90,7 +90,10 @@ def attach(compiled, low, rank: int) -> Optional[CrashReport]:
         install = dc.library_symbol(compiled, "__distsdfg_crash_install")
         if install is not None and _pin(found[1]):
             if not faulthandler.is_enabled():
-                faulthandler.enable()
+                try:
+                    faulthandler.enable()
+                except (OSError, ValueError, RuntimeError):     # a stderr without a file descriptor
+                    pass
             ok = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(install[0])(ctypes.addressof(_MARKER))
             _installed = ok == 0
     return CrashReport(legend_text(low))

@@ -11,9 +11,11 @@ a test or a launcher may set the variable before any call.
 | ``DISTSDFG_PREFUSE`` | ``1`` | ``lower(sdfg, "auto", nprocs=P)`` fuses the program's maps as DaCe's ``auto_optimize`` does before planning (``0``: plan the maps as written) |
 | ``DISTSDFG_STEP_TIMES`` | ``0`` | every call prints on stderr its time and the time in the compiled program, every communication step its own (the runtime header reads it too), after a legend on rank 0 of what each step moves, for which kernel and source line |
 | ``DISTSDFG_TRACE`` | (unset) | ``FILE.json``: programs compiled while it is set record every rank's kernels and communication steps, with their bytes, and every call appends them to this Chrome trace (``distsdfg.runtime.trace``; ``compile(sdfg, trace=FILE)`` for one program) |
+| ``DISTSDFG_CRASH_REPORT`` | ``1`` | a rank that crashes inside a compiled program (segfault, abort) prints its rank, the program and the communication step it was in or had last finished, with that step's kernel and source line, then Python's stack (``distsdfg.runtime.crash``; ``0``: no handler is installed) |
 | ``DISTSDFG_NUMPY_SLICES`` | ``1`` | inside ``numpy_semantics()``: a slice of extent one keeps its dimension, as in NumPy (``distsdfg.dace_compat.slices``) |
 | ``DISTSDFG_NUMPY_FUNCTIONS`` | ``1`` | inside ``numpy_semantics()``: ``np.clip``, ``np.var``, ``np.cumsum``, ``argmax``, ... parse as DaCe operations instead of callbacks (``dace_compat.npfuncs``, ``dace_compat.nparrays``) |
 | ``DISTSDFG_PYTHON_DIVISION`` | ``1`` | inside ``numpy_semantics()``: ``//`` and ``%`` with Python's signs, ``np.sum`` of booleans counts (``dace_compat.pyops``) |
+| ``DISTSDFG_WHILE_FLAGS`` | ``1`` | inside ``numpy_semantics()``: a program DaCe cannot parse is parsed once more with its ``while`` conditions kept in flags and its locals named like SymPy functions renamed (``while diff > tol and steps < max_steps:``; ``dace_compat.whiles``) |
 | ``DISTSDFG_TASKLET_INDEX`` | ``1`` | inside ``numpy_semantics()``: a tasklet's ``_w[p, q]`` on a plane keeps both indices (``dace_compat.tasklet_index``) |
 | ``DISTSDFG_OPTIMIZE`` | ``1`` | rank-local optimisation after tiling when ``lower(..., optimize=None)`` (``distsdfg.lowering.optimize``) |
 | ``DISTSDFG_REBUILD`` | ``0`` | ``1``: build every program again instead of reusing an unchanged build |
@@ -30,8 +32,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-__all__ = ["Flag", "Text", "Setting", "WHOLE_WHEN_CHEAPER", "PREFUSE", "OWN_GEMV", "STEP_TIMES", "TRACE_FILE",
-           "NUMPY_SLICES", "NUMPY_FUNCTIONS", "PYTHON_DIVISION", "TASKLET_INDEX", "FINITE_MATH", "OPTIMIZE",
+__all__ = ["Flag", "Text", "Setting", "WHOLE_WHEN_CHEAPER", "PREFUSE", "OWN_GEMV", "STEP_TIMES", "TRACE_FILE", "CRASH_REPORT",
+           "NUMPY_SLICES", "NUMPY_FUNCTIONS", "PYTHON_DIVISION", "TASKLET_INDEX", "WHILE_FLAGS", "FINITE_MATH", "OPTIMIZE",
            "REBUILD", "CMAKE_BUILD", "PCH", "BUILD_TYPE", "CALL_TIMEOUT", "PACK_SYMBOLS_ABOVE", "CUDA_ARCH",
            "SPLIT_GAIN", "FLAGS", "SETTINGS"]
 
@@ -66,6 +68,7 @@ PREFUSE = Flag("DISTSDFG_PREFUSE", True, "fuse maps as DaCe's auto_optimize does
 OWN_GEMV = Flag("DISTSDFG_GEMV", True, "matrix-vector products of OpenBLAS builds run distsdfg's streaming loops")
 STEP_TIMES = Flag("DISTSDFG_STEP_TIMES", False, "print every call's and every communication step's time on stderr")
 TRACE_FILE = Text("DISTSDFG_TRACE", "the Chrome trace file that compiled programs append every call's kernels and steps to")
+CRASH_REPORT = Flag("DISTSDFG_CRASH_REPORT", True, "a crashing rank names its rank, program and step on stderr")
 
 #: A split schedule must be priced at least this many times faster than the whole program on one
 #: rank to be chosen: the time model does not see every per-call and per-step cost of a split program.
@@ -75,6 +78,7 @@ NUMPY_SLICES = Flag("DISTSDFG_NUMPY_SLICES", True, "a slice of extent one keeps 
 NUMPY_FUNCTIONS = Flag("DISTSDFG_NUMPY_FUNCTIONS", True, "NumPy functions DaCe leaves as callbacks parse as DaCe operations")
 PYTHON_DIVISION = Flag("DISTSDFG_PYTHON_DIVISION", True, "// and % with Python's signs; np.sum of booleans counts")
 TASKLET_INDEX = Flag("DISTSDFG_TASKLET_INDEX", True, "a tasklet's multi-dimensional access keeps one index per connector dim")
+WHILE_FLAGS = Flag("DISTSDFG_WHILE_FLAGS", True, "while conditions DaCe cannot parse are kept in flags (parsed again)")
 FINITE_MATH = Flag("DISTSDFG_FINITE_MATH", False, "keep -ffast-math's finite-math assumption for programs testing isnan/isinf")
 
 OPTIMIZE = Flag("DISTSDFG_OPTIMIZE", True, "rank-local optimisation after tiling")
@@ -82,8 +86,8 @@ REBUILD = Flag("DISTSDFG_REBUILD", False, "build every program again")
 CMAKE_BUILD = Flag("DISTSDFG_CMAKE", False, "build through DaCe's CMake")
 PCH = Flag("DISTSDFG_PCH", True, "precompiled headers for the direct GCC build")
 
-FLAGS = (WHOLE_WHEN_CHEAPER, PREFUSE, OWN_GEMV, STEP_TIMES, TRACE_FILE, NUMPY_SLICES, NUMPY_FUNCTIONS,
-         PYTHON_DIVISION, TASKLET_INDEX, FINITE_MATH, OPTIMIZE, REBUILD, CMAKE_BUILD, PCH)
+FLAGS = (WHOLE_WHEN_CHEAPER, PREFUSE, OWN_GEMV, STEP_TIMES, TRACE_FILE, CRASH_REPORT, NUMPY_SLICES, NUMPY_FUNCTIONS,
+         PYTHON_DIVISION, TASKLET_INDEX, WHILE_FLAGS, FINITE_MATH, OPTIMIZE, REBUILD, CMAKE_BUILD, PCH)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,7 @@ __all__ = [
     "IndirectWriteError",
     "CommunicatorSizeError",
     "InputError",
+    "ScalarMismatchError",
     "PlacementError",
     "SizeError",
     "LoopDependentMapError",
@@ -63,6 +64,10 @@ class CommunicatorSizeError(DistributedLoweringError):
 
 class InputError(DistributedLoweringError):
     """The arguments given to a compiled distributed program (or to ``compile``) are wrong."""
+
+
+class ScalarMismatchError(InputError):
+    """Ranks passed a scalar argument of one call with different values."""
 
 
 class PlacementError(DistributedLoweringError):

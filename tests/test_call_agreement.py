@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from distsdfg.launch.mpiexec import mpiexec_argv
@@ -53,6 +54,33 @@ def test_disagreeing_ranks_fail_everywhere_and_a_lonely_call_aborts(tmp_path, mo
         assert "rank 1 waited 6 s at the start of a call of `add`, and rank 0" in r.stderr, r.stderr[-2000:]
     else:
         assert "rank 0 waited 3 s at the start of a call of `add` for ranks [1], which never called it" in r.stderr
+
+
+def test_ranks_passing_different_scalars_fail_on_every_rank(tmp_path):
+    r, logs = _job(tmp_path, "scalars")
+    assert r.returncode == 0, r.stderr[-2000:]
+    for log in logs:        # the same named error on both ranks, and the next calls run
+        assert ("lr: ScalarMismatchError: the ranks disagree on the scalar argument `lr` of `axpy`: rank 0 passes "
+                "lr=0.1, rank 1 passes lr=0.2; ") in log, log
+        assert "lr0d: ScalarMismatchError: " in log and "rank 0 passes lr=0.5, rank 1 passes lr=0.25" in log, log
+        start = float(next(l for l in log.splitlines() if l.startswith("start")).split()[1])
+        end = float(next(l for l in log.splitlines() if l.startswith("end")).split()[1])
+        assert end - start < 30, log
+    assert "left out: [0.5, 1.5, 2.5]" in logs[0] and "same: [2.0, 3.0, 4.0]" in logs[0], logs[0]
+
+
+def test_scalar_mismatch_names_the_argument_and_values():
+    from distsdfg.runtime.callsync import scalar_arguments, scalar_mismatch
+    assert scalar_arguments({"lr": 0.1, "N": 10, "A": np.zeros(3), "B": None, "s": np.array(2.0), "k": np.int32(3)},
+                            skip={"N"}) == {"lr": 0.1, "s": 2.0, "k": 3}
+    assert scalar_mismatch("f", [{"lr": 0.1}, {"lr": 0.1}, {}]) is None      # left out: rank 0's
+    assert scalar_mismatch("f", [{"x": float("nan")}, {"x": np.nan}]) is None
+    assert scalar_mismatch("f", [{"k": 3}, {"k": 3.0}, {"k": np.int64(3)}]) is None
+    msg = scalar_mismatch("f", [{"lr": 0.1, "tol": 1e-6}, {"lr": 0.1, "tol": 1e-6}, {"tol": 1e-5}])
+    assert msg.startswith("the ranks disagree on the scalar argument `tol` of `f`: rank 0 passes tol=1e-06, "
+                          "rank 2 passes tol=1e-05;"), msg
+    msg = scalar_mismatch("f", [{"k": 0}] + [{"k": r} for r in range(1, 7)])
+    assert "rank 4 passes k=4 and 2 more ranks" in msg, msg
 
 
 def test_ranks_that_lowered_differently_fail_at_compile_on_every_rank(tmp_path):

@@ -30,6 +30,7 @@ from .build import (BUILD_TYPE, SEQ_REDUCE, ExpandReduceSequentialByValue, allow
 from .expansions import force_pure_expansion, repair_init_accumulate_races, standalone_expansion
 from .indirect import narrow_indirect_accesses
 from .rename import rename_data
+from .trace import library_symbol
 from . import trace as _trace      # registers the TRACE instrumentation (programs saved with it load anywhere)
 from .auto_opt import auto_optimize_cpu, fuse_maps_greedily, fused_in_place
 

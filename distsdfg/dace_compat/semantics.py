@@ -120,11 +120,12 @@ def with_numpy_semantics(func):
 
 def _builtin_fixes() -> List[Tuple[str, Callable[[Patches], None]]]:
     """The adapter's own fixes, in the order they apply."""
-    from . import build, debuginfo, npfuncs, nparrays, ordered, pyops, slices, tasklet_index
+    from . import build, debuginfo, npfuncs, nparrays, ordered, pyops, slices, tasklet_index, whiles
     return [("debuginfo", debuginfo.install), ("ordered_elimination", ordered.install),
             ("slices", slices.install), ("numpy_functions", npfuncs.install),
             ("numpy_array_functions", nparrays.install), ("python_division", pyops.install_division),
             ("boolean_sums", pyops.install_sums), ("tasklet_index", tasklet_index.install),
+            ("while_flags", whiles.install),
             ("special_values", build.install_special_values)]
 
 

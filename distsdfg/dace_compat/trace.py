@@ -22,7 +22,7 @@ from dace.sdfg import SDFG, SDFGState, nodes
 from .source import source_line, source_of
 
 __all__ = ["TRACE", "KERNEL", "NODE", "Event", "traced", "is_marked", "expand_marked", "take_events", "event_name",
-           "remove_report_folder"]
+           "remove_report_folder", "library_symbol"]
 
 if not hasattr(dtypes.InstrumentationType, "distsdfg_Trace"):
     dtypes.InstrumentationType.register("distsdfg_Trace")
@@ -231,6 +231,17 @@ def expand_marked(sdfg: SDFG, keep: Callable[[nodes.Node], bool]) -> SDFG:
                     new.sdfg.instrument = TRACE
                 elif isinstance(new, nodes.CodeNode):
                     new.instrument = TRACE
+
+
+def library_symbol(compiled, name: str):
+    """(address of the exported symbol ``name`` in a DaCe ``CompiledSDFG``'s library, the library's
+    path), or None where the library is not loaded or lacks it."""
+    lib = getattr(compiled, "_lib", None)
+    try:
+        addr = lib._stub.get_symbol(lib._lib, ctypes.c_char_p(name.encode()))
+    except AttributeError:
+        return None
+    return (int(addr), lib._library_filename) if addr else None
 
 
 def take_events(compiled) -> List[Event]:

@@ -13,23 +13,28 @@ every call starts with ``CallStart.exchange``:
    report that rank 0 never arrived. Ranks waiting for rank 0 to compile sleep in ``idle_bcast``
    before the call starts, so a long first compile never counts.
 2. **Exchange**: one ``allgather`` on the program's communicator of (rank 0's decisions, this rank's own error, this rank's size
-   symbols); every rank raises the same ``InputError`` when any rank had an error or passed sizes
-   that differ from rank 0's, naming the ranks and values.
+   symbols, this rank's scalar arguments); every rank raises the same ``InputError`` when any rank had
+   an error or passed sizes that differ from rank 0's, and the same ``ScalarMismatchError`` when a rank
+   passed a scalar argument (a learning rate, a tolerance) with another value than rank 0, naming the
+   ranks and values. A rank that leaves a scalar out takes rank 0's.
 
 Example on 2 ranks: rank 0 calls ``prog(A, B, C, D)`` for three arguments, rank 1 ``prog(A, B, C)``:
-both raise ``InputError: rank 0: prog takes 3 positional arguments (A, B, C), got 4``.
+both raise ``InputError: rank 0: prog takes 3 positional arguments (A, B, C), got 4``. Rank 0 calls
+``step(w, lr=0.1)``, rank 1 ``step(w, lr=0.2)``: both raise ``ScalarMismatchError: the ranks disagree on
+the scalar argument `lr` of `step`: rank 0 passes lr=0.1, rank 1 passes lr=0.2; ...``.
 """
 from __future__ import annotations
 
+import numbers
 import sys
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, ScalarMismatchError
 
-__all__ = ["CallStart", "call_timeout", "NOTICE_AFTER"]
+__all__ = ["CallStart", "call_timeout", "NOTICE_AFTER", "scalar_arguments", "scalar_mismatch"]
 
 #: Seconds a rank waits at a call's start before it tells rank 0 it is there.
 NOTICE_AFTER = 1.0
@@ -46,6 +51,51 @@ def call_timeout() -> float:
         return float(CALL_TIMEOUT.get())
     except ValueError:
         return 30.0
+
+
+def scalar_arguments(kwargs: Mapping[str, Any], skip=()) -> Dict[str, Any]:
+    """The numbers among a call's arguments (Python and NumPy scalars, 0-d arrays as their value),
+    leaving out the names in ``skip`` (size symbols, which are checked as sizes)."""
+    out = {}
+    for k, v in kwargs.items():
+        if k in skip or v is None or isinstance(v, (str, bytes)):
+            continue
+        if isinstance(v, np.ndarray):
+            if v.ndim == 0:
+                out[k] = v.item()
+        elif isinstance(v, (numbers.Number, np.generic)):
+            out[k] = v
+    return out
+
+
+def _same(a, b) -> bool:
+    """Equal values, NaN equal to NaN (as when every rank computed the same NaN)."""
+    try:
+        if bool(a == b):
+            return True
+        return bool(np.isnan(a) and np.isnan(b))
+    except (TypeError, ValueError):
+        return False
+
+
+def scalar_mismatch(name: str, by_rank: List[Mapping[str, Any]]) -> Optional[str]:
+    """The message for the first scalar argument that a rank passes with another value than rank 0
+    (``by_rank[r]``: rank r's scalar arguments), or None when they agree. A rank may leave a scalar
+    out (it takes rank 0's). ``scalar_mismatch("step", [{"lr": 0.1}, {"lr": 0.1}, {}, {"lr": 0.2}])``
+    begins "the ranks disagree on the scalar argument `lr` of `step`: rank 0 passes lr=0.1, rank 3
+    passes lr=0.2"."""
+    ref = by_rank[0]
+    for k in sorted(ref):
+        odd = [(r, theirs[k]) for r, theirs in enumerate(by_rank[1:], start=1)
+               if k in theirs and not _same(ref[k], theirs[k])]
+        if not odd:
+            continue
+        shown = ", ".join(f"rank {r} passes {k}={v!r}" for r, v in odd[:4])
+        more = f" and {len(odd) - 4} more ranks" if len(odd) > 4 else ""
+        return (f"the ranks disagree on the scalar argument `{k}` of `{name}`: rank 0 passes {k}={ref[k]!r}, "
+                f"{shown}{more}; every rank runs the same loops and branches with one value, so pass the same "
+                f"value on every rank (or leave it out on the ranks other than 0: they take rank 0's)")
+    return None
 
 
 class CallStart:
@@ -105,9 +155,11 @@ class CallStart:
         time.sleep(1.0)         # MPI_Abort can end the launcher before it forwards that line
         MPI.COMM_WORLD.Abort(3)
 
-    def exchange(self, decisions: Any, own_error: Optional[str], sizes: Dict[str, Any]) -> Any:
+    def exchange(self, decisions: Any, own_error: Optional[str], sizes: Dict[str, Any],
+                 scalars: Optional[Dict[str, Any]] = None) -> Any:
         """Collective: rank 0's ``decisions`` on every rank, after every rank's ``own_error`` (an argument
-        problem found before the call could be checked) and size symbols were compared."""
+        problem found before the call could be checked), size symbols and ``scalars`` (this rank's scalar
+        arguments, ``scalar_arguments``) were compared."""
         comm = self.comm
         if comm is None or comm.size == 1:
             if own_error:
@@ -116,22 +168,26 @@ class CallStart:
         from mpi4py import MPI
         mine = {k: int(v) for k, v in sizes.items() if isinstance(v, (int, np.integer))}
         got = comm.allgather((decisions if comm.rank == 0 else None, own_error, mine,
-                              getattr(self, "noticed", False)))
+                              getattr(self, "noticed", False), scalars or None))
         if comm.rank == 0:          # the notices of ranks that waited long: received, so none is left over
             tag = self.calls % _TAGS
-            for r, (_, _, _, noticed) in enumerate(got):
+            for r, (_, _, _, noticed, _) in enumerate(got):
                 if noticed:
                     self.ctl.Recv([np.empty(0, np.int8), MPI.BYTE], source=r, tag=tag)
         elif getattr(self, "_notice", None) is not None:
             self._notice.Wait()
-        problems = [f"rank {r}: {e}" for r, (_, e, _, _) in enumerate(got) if e]
+        problems = [f"rank {r}: {e}" for r, (_, e, _, _, _) in enumerate(got) if e]
         if problems:
             raise InputError("; ".join(problems))
         ref = got[0][2]
-        for r, (_, _, theirs, _) in enumerate(got[1:], start=1):
+        for r, (_, _, theirs, _, _) in enumerate(got[1:], start=1):
             for k in sorted(set(ref) & set(theirs)):
                 if ref[k] != theirs[k]:
                     raise InputError(f"the ranks disagree on the size `{k}` of `{self.name}`: rank 0 has "
                                      f"{k}={ref[k]} (passed or read off its arrays), rank {r} passes {k}={theirs[k]}; "
                                      f"pass the same sizes on every rank (or leave them out on the ranks other than 0)")
+        if got[0][4] and any(g[4] for g in got[1:]):
+            msg = scalar_mismatch(self.name, [g[4] or {} for g in got])
+            if msg:
+                raise ScalarMismatchError(msg)
         return got[0][0]

@@ -28,7 +28,8 @@ from . import progress
 from ..config import STEP_TIMES, TRACE_FILE
 from .trace import TraceFile
 from .builds import build, load_build
-from .callsync import CallStart
+from .callsync import CallStart, scalar_arguments
+from .crash import attach as attach_crash_report
 from .fingerprint import check_same_plan
 from .device_arrays import back_to_device, is_array, is_cupy, on_device, to_host, wait_for_callers_stream
 from .root_args import RootArguments, check_blocks, replica_values, unequal_replicas
@@ -94,6 +95,8 @@ class DistributedProgram:
         self._start = CallStart(comm, self.lowered.original_name)      # collective, as the constructor is
         # Built with the trace recorder: every call appends every rank's events to this file.
         self.trace = TraceFile.open(trace, comm) if trace else None
+        # What this rank prints if it crashes inside the compiled program (runtime.crash).
+        self._crash = attach_crash_report(compiled, self.lowered, comm_of().rank)
 
     # -- argument checking (rank 0) ---------------------------------------------------------------
     @functools.cached_property
@@ -316,6 +319,7 @@ class DistributedProgram:
             except DistributedLoweringError as exc:
                 own_error = str(exc)
         comm, rank, P = self.comm, self.comm.rank, self.comm.size
+        mine = scalar_arguments(kwargs, self.sdfg.symbols)      # checked against rank 0's in the exchange
         if self.lowered.boxed:      # complex scalars travel as one-element arrays (dace_compat.scalars)
             box_arguments(kwargs, self.lowered.boxed, self.sdfg)
         arrays = {k: v for k, v in kwargs.items() if is_array(v) and k not in self.lowered.boundary}
@@ -327,11 +331,12 @@ class DistributedProgram:
                 values, error = inspect_call(self.lowered, arrays, values, P)
             if any(on_device(a) for a in arrays.values()):
                 variant = self._variant_arguments(arrays)
-        # Scalar arguments steer loops and branches: every rank takes rank 0's.
+        # Scalar arguments steer loops and branches: every rank takes rank 0's (a rank passing another value
+        # raises ScalarMismatchError on every rank, in the exchange).
         scalars = {k: v for k, v in kwargs.items() if not is_array(v) and k not in self.sdfg.symbols}
         error, values, scalars, reshapes, variant = self._start.exchange(
             (error, values, scalars if rank == 0 else None, reshapes, variant), own_error,
-            values if rank == 0 and values else given)      # rank 0's sizes, also those read off its arrays
+            values if rank == 0 and values else given, mine)      # rank 0's sizes, also those read off its arrays
         if error is not None:
             raise getattr(errors, error[0], InputError)(error[1])
         if variant and variant != self.lowered.device_args:    # rank 0 passed CuPy arrays
@@ -390,12 +395,18 @@ class DistributedProgram:
         dc.fresh_return_arrays(self._compiled)     # results are handed over, not copied
         t_program = time.perf_counter()
         t_wall = time.time() * 1e6
-        if blocks or reshapes:      # a rank's block is often a view (a slice of a memory map); a reshaped
-            # argument is one; both checked contiguous above
-            with dc.allow_view_arguments():
+        if self._crash is not None:
+            self._crash.enter()
+        try:
+            if blocks or reshapes:      # a rank's block is often a view (a slice of a memory map); a reshaped
+                # argument is one; both checked contiguous above
+                with dc.allow_view_arguments():
+                    out = dc.call_compiled(self._compiled, call)
+            else:
                 out = dc.call_compiled(self._compiled, call)
-        else:
-            out = dc.call_compiled(self._compiled, call)
+        finally:
+            if self._crash is not None:
+                self._crash.leave()
         if self.trace is not None:
             self.trace.add_call(self, values, t_wall, time.time() * 1e6, self._compiled)
         if STEP_TIMES.get():

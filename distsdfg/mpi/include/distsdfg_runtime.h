@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "distsdfg_codes.h"
+#include "distsdfg_crash.h"
 
 namespace distsdfg {
 // Internal linkage: every generated program gets its own copy, including the communicator
@@ -1490,7 +1491,10 @@ struct StepRunner {
 /// the caller's communicator ``comm``; ``GD``: rank 0's global array is device memory too.
 template <typename T, typename Mem = HostMem, bool GD = false>
 void run_step(const int64_t* plan, int64_t index, const T* src, T* dst, MPI_Comm comm) {
+    distsdfg_crash_marker* const marker = __distsdfg_crash_marker;      // what a crash reports (distsdfg_crash.h)
+    if (marker != nullptr) marker->step = index;
     StepRunner<T, Mem, GD>::run(plan, index, src, dst, comm);
+    if (marker != nullptr) marker->step = -2 - index;
 }
 
 }  // namespace

@@ -12,7 +12,10 @@ import os
 import pytest
 
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "distsdfg")
-MAX_LINES = 500
+#: One concept per module, however long it needs: a cohesive module may grow past a few hundred lines
+#: (splitting a concept to satisfy a count is worse). Past this many, a module almost surely holds
+#: several concepts, and the test asks for a look.
+MAX_LINES = 1500
 
 #: The subpackages in data-flow order (docs/architecture.md). A module may import modules of its own
 #: stage or of earlier ones. The top-level modules: ``errors`` and ``checks`` come first, ``api`` (the
@@ -160,7 +163,7 @@ def _lengths():
 def test_no_new_long_module():
     long = {m: n for m, n in _lengths().items() if n > MAX_LINES}
     new = sorted(f"{m} ({n} lines)" for m, n in long.items() if m not in KNOWN_LONG)
-    assert not new, f"modules over {MAX_LINES} lines: {', '.join(new)}; split them by concern"
+    assert not new, f"modules over {MAX_LINES} lines: {', '.join(new)}; one concept per module: move out what is a concept of its own"
     done = sorted(m for m in KNOWN_LONG if m not in long)
     assert not done, f"no longer over {MAX_LINES} lines, remove from KNOWN_LONG: {done}"
 

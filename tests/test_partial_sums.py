@@ -2,8 +2,8 @@
 
 ``analysis.linearity`` (which kernels are linear in which inputs) and ``lowering.replicate``
 (when the lowering runs such a kernel, split or not, on the ranks' own partial sums), checked
-through ``comm_report``: no compile, no MPI. Ported from helper hW's branch to the one mechanism
-of ``lowering/replicate.py`` (docs/torch.md, "hI"). The values of ``sum_of_products`` are checked
+through ``comm_report``: no compile, no MPI (docs/torch.md, "Kernels on every rank: replicated
+kernels and partial sums"). The values of ``sum_of_products`` are checked
 under ``mpiexec`` by tests/test_mpi.py.
 """
 import dace

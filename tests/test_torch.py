@@ -416,7 +416,8 @@ def test_tied_weight_fetched_once(gpt_input_side):
     reading the whole table) fills every rank's home buffer of the weight, and the output head's
     products (library kernels) copy it from there: one gather of the weight per step, not two. The
     two gradient contributions (the lookup's and the head's partial sums) are added on every rank
-    before one `Reduce_scatter` (lowering/partial_sums.py): DDP's bytes (docs/torch.md, "hI")."""
+    before one `Reduce_scatter` (lowering/partial_sums.py): DDP's bytes (docs/torch.md, "Kernels on every
+    rank: replicated kernels and partial sums")."""
     r = gpt_input_side[TIED]
     weight = [s for s in r["report"] if s["array"] == "emb_weight"]
     assert [s["collective"] for s in weight] == ["Isend/Irecv"], weight

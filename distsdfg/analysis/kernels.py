@@ -79,9 +79,10 @@ def _analyse_map(state: SDFGState, entry: nodes.MapEntry, key: str, arrays, sour
         if e.data.is_empty() or e.data.data is None:
             continue
         acc.setdefault(e.data.data, Access()).writes.append(e.data)
-    # By name: the order of a map's edges follows DaCe's rewrites, some of which iterate over sets,
-    # so it may differ from one process to the next, and every rank must plan the same steps.
-    acc = dict(sorted(acc.items()))
+    # The arrays it reads, then those it only writes, each by name: the order of a map's edges follows
+    # DaCe's rewrites, some of which iterate over sets, so it may differ from one process to the next,
+    # and every rank must plan the same steps (numbered, as comm_report lists them, inputs first).
+    acc = dict(sorted(acc.items(), key=lambda kv: (not kv[1].reads, kv[0])))
     info = MapInfo(key, entry.map.label, tuple(entry.map.params), subsets.Range(list(entry.map.range.ranges)),
                    state.label, source)
     return AnalysedMap(info, acc, arrays, frozenset(dc.scope_symbols(state, entry)))

@@ -125,19 +125,28 @@ def _exact(memlet: dace.Memlet, params: Sequence[str], conditional: bool = False
     used = set()
     for b, e, s in memlet.subset.ndrange():
         b, e = _by_name(b), _by_name(e)
-        fs = (b.free_symbols | e.free_symbols) & pset
-        if not fs:
+        if not (b.free_symbols | e.free_symbols) & pset:
             if s != 1:
                 return False
             continue
-        if not _same(b, e) or len(fs) != 1:
-            return False
-        p = next(iter(fs))
-        coeff = sympy.expand(b).coeff(p)
-        if coeff not in (1, -1) or (sympy.expand(b - coeff * p).free_symbols & pset) or p in used:
+        p = _lone_param(b, e, pset)
+        if p is None or p in used:
             return False
         used.add(p)
     return True
+
+
+def _lone_param(b: sympy.Expr, e: sympy.Expr, pset) -> Optional[sympy.Symbol]:
+    """The parameter (of ``pset``) that alone indexes the dimension ``[b, e]``: one index (``b == e``)
+    of the form ``p + c`` or ``-p + c``, ``c`` free of parameters. None for anything else."""
+    fs = (b.free_symbols | e.free_symbols) & pset
+    if len(fs) != 1 or not _same(b, e):
+        return None
+    p = next(iter(fs))
+    coeff = sympy.expand(b).coeff(p)
+    if coeff not in (1, -1) or sympy.expand(b - coeff * p).free_symbols & pset:
+        return None
+    return p
 
 
 def conditional_write(memlet: dace.Memlet, params: Sequence[str]) -> bool:
@@ -163,15 +172,7 @@ def disjoint_boxes(memlet: dace.Memlet, params: Sequence[str], grid: Sequence[in
     split = [symbolic.pystr_to_symbolic(p) for p, g in zip(params, grid) if g > 1]
     if not split:
         return False
-    lone = set()
-    for b, e, _ in memlet.subset.ndrange():
-        b, e = _by_name(b), _by_name(e)
-        fs = (b.free_symbols | e.free_symbols) & pset
-        if len(fs) == 1 and _same(b, e):
-            p = next(iter(fs))
-            if sympy.expand(b).coeff(p) in (1, -1) and not (sympy.expand(b - sympy.expand(b).coeff(p) * p).free_symbols
-                                                             & pset):
-                lone.add(p)
+    lone = {_lone_param(_by_name(b), _by_name(e), pset) for b, e, _ in memlet.subset.ndrange()}
     return all(p in lone for p in split)
 
 
@@ -401,13 +402,12 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
                                 rec["split"] = True
                         else:
                             single = propagate_box([w], desc, m.info.params, clamped)
-                            if _exact(w, m.info.params) and _same_box(single, box):
-                                rec["plain_exact"].append(box)
-                            elif _same_box(single, box) and (
-                                    conditional_write(w, m.info.params) or (
-                                        partial_plain_write(w, m.info.params)
-                                        and disjoint_boxes(w, m.info.params, plan.map_grids[m.info.key]))):
-                                rec["conditional"].append(box)
+                            if _same_box(single, box):
+                                if _exact(w, m.info.params):
+                                    rec["plain_exact"].append(box)
+                                elif (conditional_write(w, m.info.params)       # a plain write, not exact
+                                      or disjoint_boxes(w, m.info.params, plan.map_grids[m.info.key])):
+                                    rec["conditional"].append(box)
                     rec["exact"].append(any(_exact(w, m.info.params) and w.wcr is None for w in memlets)
                                         or all(w.wcr is not None for w in memlets))
 
@@ -430,9 +430,11 @@ def kernel_constraints(kernel: Kernel, schedule: Dict[str, Tuple[int, ...]]) -> 
         exact = op is not None or bool(rec["plain_exact"])
         if (op is None and not exact and rec["conditional"] and len(rec["conditional"]) == len(writes)
                 and all(_same_box(b, write) for b in rec["conditional"])):
-            # Writes under a condition (``if labels[i] == k: onehot[i, k] = 1.0``), each inside the
-            # rank's block: the kernel reads its block of the current value first, so that the block
-            # it holds afterwards is the array's value there, written or not.
+            # Writes that may leave elements of their box unwritten (under a condition, ``if labels[i]
+            # == k: onehot[i, k] = 1.0``, or a nested body's memlet wider than its write), each inside
+            # the rank's block (``partial_plain_write``, ``disjoint_boxes``): the kernel reads its block
+            # of the current value first, so that the block it holds afterwards is the array's value
+            # there, written or not.
             if not any(_same_box(b, write) for b in rec["reads"]):
                 rec["reads"].append(write)
             exact = True

@@ -155,6 +155,59 @@ def test_uneven_blocks_have_their_own_shapes():
         x.assemble(blocks[:3] + [np.zeros((2, 7))])
 
 
+GEMV_ROWS = {"Reduce.reduce_output": (1, 4), "_MatMult_._GEMV__map": (4, 1), "_MatMult__2._GEMV__map": (1, 4),
+             "_Add__map": (4,)}
+
+
+def test_library_kernels_read_the_blocks_ranks_pass_in_place():
+    # Both GEMVs and the column max read A's uneven row blocks (51, 51, 51, 50 rows): where every
+    # rank passes them, with no copy into a padded buffer and no fill.
+    sdfg = _lowered("gemv_chain", GEMV_ROWS)
+    low = sdfg._distsdfg
+    a_steps = [s for s in low.steps if s.array == "A"]
+    assert len(a_steps) == 3 and all(s.inplace for s in a_steps), a_steps
+    assert not [s for s in low.steps if s.kind == "fill"]
+    assert {h.name for h in low.homes if h.array == "A"} == {low.boundary["A"]}     # A is the home buffer
+    A = distsdfg.layout(sdfg, "A", nprocs=4, M=203, N=157)
+    assert [A.block_shape(q) for q in range(4)] == [(51, 157)] * 3 + [(50, 157)]
+    # A GEMV reading A by column blocks while A's home is in row blocks takes a redistributed copy:
+    # reading in place would grow every rank's buffer towards the whole of A.
+    cols = dict(GEMV_ROWS, **{"_MatMult__2._GEMV__map": (4, 1)})
+    low = _lowered("gemv_chain", cols)._distsdfg
+    assert [s.inplace for s in low.steps if s.array == "A"] == [True, True, False]
+
+
+@dace.program
+def _scaled_row_sums(A: dace.float64[NV, MV], b: dace.float64[NV]):
+    return np.sum(A * 2.0, axis=1) + b
+
+
+def test_library_and_map_kernels_share_their_blocks_buffers():
+    # Map -> reduction -> map, all over the same row blocks: the reduction reads the map's buffer and
+    # the next map reads the reduction's, both indexed globally, so nothing is copied between them.
+    sdfg = _scaled_row_sums.to_sdfg()
+    distsdfg.lower(sdfg, {m.key: (4,) + (1,) * (len(m.params) - 1) for m in distsdfg.maps(sdfg)},
+                   placement="distributed")
+    low = sdfg._distsdfg
+    assert all(s.inplace for s in low.steps), [str(s) for s in low.steps]
+    assert distsdfg.comm_report(sdfg, nprocs=4, NV=10, MV=7) == []
+
+
+def test_same_rank_blocks_matches_grids_by_their_split_axes():
+    from distsdfg.values.exprs import same_rank_blocks
+    from distsdfg.values.plan import Layout
+    rows = (("r*int_ceil(M, 4)", "Min(M - 1, r*int_ceil(M, 4) + int_ceil(M, 4) - 1)"), ("0", "N - 1"))
+
+    def lay(grid, syms, box):
+        return Layout("b", "k", grid, syms, (box,), (), ())
+    a = lay((4, 1), ("r", ""), rows)
+    b = lay((1, 4), ("", "q"), tuple((x.replace("r", "q"), y.replace("r", "q")) for x, y in rows))
+    assert same_rank_blocks(a, b) and same_rank_blocks(b, a)
+    assert not same_rank_blocks(a, lay((2, 2), ("r", "q"), rows))                 # other coordinates
+    assert not same_rank_blocks(a, lay((4, 1), ("r", ""), (rows[0], ("0", "N - 2"))))
+    assert not same_rank_blocks(a, lay((4, 1), ("r", ""), (("0", "M - 1"), rows[0])))
+
+
 @dace.program
 def _contract_two(A: dace.float64[7, 5, 3], B: dace.float64[5, 3, 11]):
     return np.einsum('ijk,jkl->il', A, B)
@@ -288,7 +341,8 @@ def results(tmp_path_factory):
 
 
 CASES = ["matmul:2,2,1", "matmul:1,1,4", "matmul:2,2,1:C at root", "mlp:data-parallel", "mlp:megatron",
-         "mlp_sgd:auto x5", "jacobi2d:2,2 x2", "flagged:4", "sgd_lr:4", "jacobi2d:2,2 x2:packed", "mlp_sgd:auto x5:packed"]
+         "mlp_sgd:auto x5", "jacobi2d:2,2 x2", "flagged:4", "sgd_lr:4", "jacobi2d:2,2 x2:packed", "mlp_sgd:auto x5:packed",
+         "gemv_chain:rows", "gemv_chain:auto"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -313,6 +367,10 @@ def test_communication_is_what_the_schedule_needs(results):
     assert [s["collective"] for s in results["mlp:megatron"]["report"]] == ["Reduce_scatter"]   # row-parallel W2
     root = results["matmul:2,2,1:C at root"]
     assert {s["array"] for s in root["report"]} == {"__return"} and root["boundary"] == ["A", "B"]
+    # The GEMVs and the reduction read A's row blocks where the ranks pass them: only the two
+    # partial vectors (a sum, a max) are combined.
+    assert [(s["collective"], s["array"]) for s in results["gemv_chain:rows"]["report"]] == [
+        ("Reduce_scatter", "__tmp1"), ("Reduce_scatter", "__tmp2")]
 
 
 def test_stencil_state_stays_on_its_owners_between_calls(results):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .. import dace_compat as dc
 from ..solver.homes import owns_anchor_blocks
+from ..values.exprs import same_rank_blocks
 from ..values.plan import ALL_HOME, ROOT_HOME, HomeSpec, Layout
 
 __all__ = ["BoundarySteps"]
@@ -68,10 +69,10 @@ class BoundarySteps:
         Whatever still uses the program's whole array (code that runs on rank 0, a condition)
         gets a full-size transient stand-in, filled from the home when needed. The argument *is*
         the home buffer when every rank's buffer provably equals its owned block, the block
-        ``distsdfg.layout`` tells the user to pass: every kernel uses the anchor's blocks (no
-        ghost cells) and the owned blocks contain them (``homes.owns_anchor_blocks``; not so for
-        reads at a stride, ``A[2 * i]``, whose blocks leave gaps, so that the owners get even
-        rows). Otherwise the argument holds the owned block and the home buffer is filled from
+        ``distsdfg.layout`` tells the user to pass: every kernel uses the anchor's blocks
+        (``exprs.same_rank_blocks``: no ghost cells) and the owned blocks contain them
+        (``homes.owns_anchor_blocks``; not so for reads at a stride, ``A[2 * i]``, whose blocks
+        leave gaps, so that the owners get even rows). Otherwise the argument holds the owned block and the home buffer is filled from
         it on entry (a local copy, or messages where the buffer reaches into other ranks' blocks)
         and copied back on exit.
         """
@@ -91,9 +92,8 @@ class BoundarySteps:
             desc = sdfg.arrays[stand_ins[x]]
             desc.transient = True
             self.touched.add(stand_ins[x])
-            key = (h.anchor.grid, h.anchor.rank_syms, h.anchor.boxes)
             sizes = {str(s) for n in h.global_shape for s in dc.symbolic.pystr_to_symbolic(n).free_symbols}
-            if not h.accesses or (all((a.grid, a.rank_syms, a.boxes) == key for a in h.accesses)
+            if not h.accesses or (all(same_rank_blocks(h.anchor, a) for a in h.accesses)
                                   and owns_anchor_blocks(h.anchor, sizes)):
                 # Kernels index the home only within the owned blocks: no ghost cells, no gaps.
                 homes[h.buffer] = x

@@ -43,7 +43,7 @@ from .replicate import ReplicatedKernels
 from .rewriter import Rewriter
 from ..analysis.controlflow import loop_trips
 from ..values.plan import ALL_HOME, ROOT_HOME, HomeSpec, Layout, StepSpec, axis_symbols, boxes_text
-from ..values.exprs import box_covers
+from ..values.exprs import box_covers, same_rank_blocks
 
 __all__ = ["MachineRewriter", "loop_trips"]
 
@@ -294,9 +294,34 @@ class MachineRewriter(HomePlanning, BoundarySteps, ReplicatedKernels, Rewriter):
     # -- kernels --------------------------------------------------------------------------------
     def alias_ok(self, kp: KernelPlan, arr: str, c: ArrayConstraint) -> bool:
         """A map kernel that reads or plainly writes a home array by its own name uses the home
-        buffer itself (global indices; the buffer spans the kernel's blocks)."""
-        return (kp.kernel.kind == "map" and arr in self.homes and arr not in self.views
+        buffer itself (global indices; the buffer spans the kernel's blocks); so does a library
+        kernel that reads one (``library_reads_home``)."""
+        if kp.kernel.kind != "map":
+            return arr in self.library_reads_home(kp)
+        return (arr in self.homes and arr not in self.views
                 and (c.write is None or (not c.partial and c.write_exact)))
+
+    def library_reads_home(self, kp: KernelPlan) -> Set[str]:
+        """The home arrays a library kernel split over every rank reads in place: those it only
+        reads, by their own name, in the home's own blocks (never more than a rank owns: a
+        transposed access would grow every buffer towards the whole array), while their home
+        holds their value. Such a kernel runs on its exact blocks (``exact_library``), so the
+        BLAS call or reduction reads the home buffer where the rank's block lies, instead of a
+        copy of the block."""
+        if not self.exact_library(kp) or getattr(self, "no_alias", False):
+            return set()
+        return {arr for arr, c in kp.arrays.items()
+                if c.write is None and arr in self.homes and arr not in self.views and self.has_home(arr)
+                and same_rank_blocks(self.homes[arr].anchor, self.kernel_layout(kp, "", c.reads, ""))}
+
+    def exact_library(self, kp: KernelPlan) -> bool:
+        """Library kernels split over every rank run on their exact blocks, in buffers indexed as map
+        kernels index theirs: they read homes in place and share buffers with map kernels."""
+        return (kp.kernel.kind == "library" and kp.nranks >= max(self.most, 2)
+                and all(len(c.reads) <= 1 and (c.write is not None or c.reads) for c in kp.arrays.values()))
+
+    def indexes_globally(self, buffer: str) -> bool:
+        return buffer in self.buffers() or super().indexes_globally(buffer)
 
     def kernel_event(self, kp: KernelPlan):
         kp = self.replicated_plan(kp)       # on every rank, where its inputs are (replicate.py)

@@ -13,7 +13,7 @@ from dace.sdfg import SDFGState, nodes
 
 from .. import dace_compat as dc
 from ..analysis.constraints import ArrayConstraint, KernelPlan
-from ..values.exprs import same_value
+from ..values.exprs import same_value, split_axis_pairs
 from ..values.plan import Layout, StepSpec
 from ..values.schedule import Schedule
 
@@ -124,14 +124,13 @@ def same_blocks(h: Holding, kp: KernelPlan, c: ArrayConstraint) -> bool:
     """Whether kernel ``kp`` reads (constraint ``c``) exactly the block that holder ``h``'s buffer
     holds, indexed alike: the same split axes in order, equal allocation and equal read bounds."""
     # Grids equal up to axes of size one number ranks alike: match their split axes in order.
-    mine = [(s, g) for s, g in zip(kp.rank_syms, kp.grid) if g > 1]
-    theirs = [(s, g) for s, g in zip(h.rank_syms, h.grid) if g > 1]
-    if [g for _, g in mine] != [g for _, g in theirs]:
+    pairs = split_axis_pairs(kp.grid, kp.rank_syms, h.grid, h.rank_syms)
+    if pairs is None:
         return False
-    sub = {s: t for (s, _), (t, _) in zip(mine, theirs)}
-    neutral = [dc.sym(f"__dsdfg_axis{i}") for i in range(len(mine))]
-    mine_n = {s: n for (s, _), n in zip(mine, neutral)}
-    theirs_n = {t: n for (t, _), n in zip(theirs, neutral)}
+    sub = dict(pairs)
+    neutral = [dc.sym(f"__dsdfg_axis{i}") for i in range(len(pairs))]
+    mine_n = {s: n for (s, _), n in zip(pairs, neutral)}
+    theirs_n = {t: n for (_, t), n in zip(pairs, neutral)}
 
     def same(a, b):
         # Both sides with neutral rank symbols, unevaluated: renaming rebuilds every Min, whose

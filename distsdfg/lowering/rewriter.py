@@ -58,6 +58,7 @@ class Rewriter:
         self.future: List[Tuple] = []     # remaining events of the segment, for look-ahead
         self.touched: set = set()         # global arrays whose access nodes we edited
         self.repeats: Tuple[str, bool] = ("1", False)   # trip count of the state being rewritten
+        self.global_locals: set = set()   # local buffers indexed with the array's global indices
 
     # -- helpers --------------------------------------------------------------------------------
     def root(self, arr: str) -> str:
@@ -106,11 +107,15 @@ class Rewriter:
         return node
 
     def add_local(self, kp: KernelPlan, arr: str, c: ArrayConstraint, *, offset: bool) -> str:
+        """A local buffer of ``arr`` for ``kp``: indexed from zero, or (``offset``) with the array's
+        global indices (its first element is the global index ``c.alloc_start``)."""
         desc = self.sdfg.arrays[arr]
         name = _local_name(self.sdfg, arr, kp.kernel.index)
         off = [-sympy.sympify(s) for s in c.alloc_start] if offset else None
         self.sdfg.add_array(name, [sympy.sympify(s) for s in c.alloc_shape], desc.dtype, transient=True,
                             offset=off)
+        if offset:
+            self.global_locals.add(name)
         return name
 
     def upstream_source(self, state: SDFGState, arr: str, before: nodes.Node) -> nodes.AccessNode:
@@ -132,7 +137,7 @@ class Rewriter:
 
     def holding(self, kp, arr, local, c, boxes, op, state, node) -> Holding:
         # Through a view the buffer's indexing differs from the array's: never alias it ("kind").
-        kind = kp.kernel.kind + ("+view" if arr in self.views else "")
+        kind = self.indexing(kp) + ("+view" if arr in self.views else "")
         return Holding(self.layout(kp, arr, local, c, boxes, op), kind, kp.grid, kp.rank_syms,
                        tuple(c.alloc_start), tuple(c.alloc_shape), tuple(boxes), state, node)
 
@@ -197,11 +202,11 @@ class Rewriter:
         """The consumer can read the holder's buffer as is: same grid, same block, same indexing."""
         if h.partial or c.write is not None or arr_is_view or getattr(self, "no_alias", False):
             return False
-        if h.kind != kp.kernel.kind:
+        if h.kind != self.indexing(kp):
             # Map buffers are indexed from their block's origin, library buffers from zero: the
             # same buffer serves both only where every origin is zero (e.g. a grid of one rank).
             zero = all(sympy.sympify(o) == 0 for o in tuple(c.alloc_start) + tuple(h.alloc_start))
-            if {h.kind, kp.kernel.kind} != {"map", "library"} or not zero:
+            if {h.kind, self.indexing(kp)} != {"map", "library"} or not zero:
                 return False
         if len(c.reads) != 1 or len(h.boxes) != 1:
             return False
@@ -395,14 +400,47 @@ class Rewriter:
         lo, hi, st = me.map.range.ranges[0]
         me.map.range = subsets.Range([(lo, m * hi + (1 - m) * (lo - st), st)] + list(me.map.range.ranges[1:]))
 
+    def exact_library(self, kp: KernelPlan) -> bool:
+        """Whether the library kernel runs on each rank's exact block (its memlets cut to the block's
+        size, which may differ per rank) instead of whole local buffers of one size on every rank,
+        padded where the grid does not divide an axis (``MachineRewriter``: where it reads home
+        buffers in place)."""
+        return False
+
+    def indexing(self, kp: KernelPlan) -> str:
+        """How ``kp`` indexes its local buffers: ``"map"`` from their block's origin (global indices;
+        map kernels and exact library kernels), ``"library"`` from zero."""
+        return "map" if kp.kernel.kind == "map" or self.exact_library(kp) else kp.kernel.kind
+
+    def indexes_globally(self, buffer: str) -> bool:
+        """Whether ``buffer`` is indexed with the array's global indices (a map kernel's or exact
+        library kernel's local buffer, a home buffer)."""
+        return buffer in self.global_locals
+
+    def library_memlet(self, kp: KernelPlan, buffer: str, box, exact: bool) -> dace.Memlet:
+        """The memlet between a library node and its buffer: the whole buffer, or (``exact``) the
+        rank's block in it, empty on ranks whose block lies past the array's end."""
+        desc = self.sdfg.arrays[buffer]
+        if not exact or box is None:
+            return dace.Memlet.from_array(buffer, desc)
+        syms = {str(x) for x in kp.rank_syms if x is not None}
+        ranges = []
+        for s, e in box:
+            s, e = sympy.sympify(s), sympy.sympify(e)
+            if {str(x) for x in s.free_symbols | e.free_symbols} & syms:
+                e = sympy.Max(s - 1, e)
+            ranges.append((s, e, 1) if self.indexes_globally(buffer) else (0, e - s, 1))
+        return dace.Memlet(data=buffer, subset=subsets.Range(ranges))
+
     def library_kernel(self, kp: KernelPlan):
         k = kp.kernel
         state, node = k.state, k.node
         locals_: Dict[str, str] = {}
+        exact = self.exact_library(kp)
 
         def local_of(arr):
             if arr not in locals_:
-                locals_[arr] = self.add_local(kp, arr, kp.arrays[arr], offset=False)
+                locals_[arr] = self.add_local(kp, arr, kp.arrays[arr], offset=exact)
             return locals_[arr]
 
         for e in [e for e in state.in_edges(node) if not e.data.is_empty()]:
@@ -410,11 +448,11 @@ class Rewriter:
             c = kp.arrays[arr]
             if arr in locals_ and c.write is None:     # a second connector reading the same array
                 lr = state.add_read(locals_[arr])
-            elif kp.pads(c):
+            elif kp.pads(c) and not exact:
                 lr = self.padded_input(kp, arr, c, state, e.src, local_of(arr))
             else:
                 lr, locals_[arr] = self.read_input(kp, arr, c, state, e.src, lambda arr=arr: local_of(arr))
-            state.add_edge(lr, None, node, e.dst_conn, dace.Memlet.from_array(lr.data, self.sdfg.arrays[lr.data]))
+            state.add_edge(lr, None, node, e.dst_conn, self.library_memlet(kp, lr.data, c.reads[0], exact))
             state.remove_edge(e)
             self.drop_if_isolated(state, e.src)
         for arr, c in kp.arrays.items():
@@ -424,7 +462,7 @@ class Rewriter:
             arr = e.data.data
             c = kp.arrays[arr]
             lw = state.add_access(local_of(arr))
-            state.add_edge(node, e.src_conn, lw, None, dace.Memlet.from_array(lw.data, self.sdfg.arrays[lw.data]))
+            state.add_edge(node, e.src_conn, lw, None, self.library_memlet(kp, lw.data, c.write, exact))
             state.remove_edge(e)
             self.write_output(kp, arr, c, state, lw, e.dst)
             self.drop_if_isolated(state, e.dst)

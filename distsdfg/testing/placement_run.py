@@ -36,6 +36,10 @@ CASES = {
     "jacobi2d:2,2 x2": ("jacobi2d", {"*": (2, 2)}, "distributed", 2),
     "flagged:4": ("flagged", {"*": (4,)}, "distributed", 1),
     "sgd_lr:4": ("sgd_lr", {"*": (4,)}, "distributed", 1),
+    # Library nodes (two GEMVs, a max reduction) reading the uneven row blocks of A where they lie.
+    "gemv_chain:rows": ("gemv_chain", {"Reduce.reduce_output": (1, 4), "_MatMult_._GEMV__map": (4, 1),
+                                       "_MatMult__2._GEMV__map": (1, 4), "_Add__map": (4,)}, "distributed", 2),
+    "gemv_chain:auto": ("gemv_chain", "auto", "distributed", 1),
     # The per-rank symbols passed packed in one array (distsdfg.dace_compat.pack), forced by a threshold of 0.
     "jacobi2d:2,2 x2:packed": ("jacobi2d", {"*": (2, 2)}, "distributed", 2),
     "mlp_sgd:auto x5:packed": ("mlp_sgd", "auto", "distributed", 5),

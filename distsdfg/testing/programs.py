@@ -85,6 +85,12 @@ def atax(A: dace.float64[400, 320], x: dace.float64[320]):
 
 
 @dace.program
+def gemv_chain(A: dace.float64[M, N], x: dace.float64[N]):
+    y = A @ x
+    return y @ A + np.max(A, axis=0)
+
+
+@dace.program
 def greatcircle(lat1: dace.float64[100000], lon1: dace.float64[100000], lat2: dace.float64[100000],
                 lon2: dace.float64[100000]):
     dlat = lat2 - lat1
@@ -419,6 +425,8 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in [
     Program("chain", chain, lambda r: {"A": r.random((128, 112)), "B": r.random((112, 96)), "C": r.random((96, 80))},
             lambda A, B, C: (A @ B) @ C),
     Program("atax", atax, lambda r: {"A": r.random((400, 320)), "x": r.random(320)}, lambda A, x: (A @ x) @ A),
+    Program("gemv_chain", gemv_chain, lambda r: {"A": r.random((203, 157)) - 0.5, "x": r.random(157)},
+            lambda A, x: (A @ x) @ A + np.max(A, axis=0), (("M", 203), ("N", 157))),
     Program("greatcircle", greatcircle, _points, _greatcircle_ref),
     Program("repartition", repartition, lambda r: {"x": r.random((64, 48))}, lambda x: x * 2.0 + 1.0),
     Program("mlp", mlp, lambda r: {"x": r.random((32, 64)) - 0.5, "W1": r.random((64, 128)) - 0.5,

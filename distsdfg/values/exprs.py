@@ -16,7 +16,8 @@ import sympy
 
 from .. import dace_compat as dc
 
-__all__ = ["compiled", "evaluate", "evaluate_many", "simplified", "same_value", "box_covers", "tiles_without_gaps"]
+__all__ = ["compiled", "evaluate", "evaluate_many", "simplified", "same_value", "box_covers", "tiles_without_gaps",
+           "split_axis_pairs", "same_rank_blocks"]
 
 
 #: The functions a bound's text may call, as Python evaluates them on integers.
@@ -170,6 +171,42 @@ def box_covers(box, shape) -> bool:
         return symbolic.pystr_to_symbolic(str(e))
     return len(box) == len(shape) and all(same_value(sym(lo), 0) and same_value(sym(f"({hi}) + 1"), sym(n))
                                           for (lo, hi), n in zip(box, shape))
+
+
+def split_axis_pairs(grid_a, syms_a, grid_b, syms_b):
+    """The rank symbols of two grids' split axes (size > 1), paired in order, where the grids number
+    ranks alike: the same split sizes in the same order, whatever axes of size one lie between
+    (grids (2, 1) and (1, 2) both give rank q the coordinate q). None where they do not."""
+    split_a = [(g, s) for g, s in zip(grid_a, syms_a) if g > 1]
+    split_b = [(g, s) for g, s in zip(grid_b, syms_b) if g > 1]
+    if [g for g, _ in split_a] != [g for g, _ in split_b]:
+        return None
+    return [(sa, sb) for (_, sa), (_, sb) in zip(split_a, split_b)]
+
+
+def same_rank_blocks(a, b) -> bool:
+    """Whether the layouts ``a`` and ``b`` (``plan.Layout``) provably give every rank the same boxes.
+
+    Their grids must number ranks alike (``split_axis_pairs``), and ``b``'s boxes, its rank symbols
+    renamed to ``a``'s axis by axis, must equal ``a``'s bound by bound."""
+    if (a.op, a.view_shape, len(a.boxes)) != (b.op, b.view_shape, len(b.boxes)):
+        return False
+    pairs = split_axis_pairs(a.grid, a.rank_syms, b.grid, b.rank_syms)
+    if pairs is None:
+        return False
+    rename = {str(sb): str(sa) for sa, sb in pairs if sa and sb}
+
+    def sym(text, names=None):
+        e = dc.symbolic.pystr_to_symbolic(str(text))
+        return e.xreplace({x: sympy.Symbol((names or {}).get(x.name, x.name)) for x in e.free_symbols
+                           if isinstance(x, sympy.Symbol)})
+    for box_a, box_b in zip(a.boxes, b.boxes):
+        if len(box_a) != len(box_b):
+            return False
+        for (sa, ea), (sb, eb) in zip(box_a, box_b):
+            if not (same_value(sym(sa), sym(sb, rename)) and same_value(sym(ea), sym(eb, rename))):
+                return False
+    return True
 
 
 def _nonnegative(e, nonneg) -> bool:

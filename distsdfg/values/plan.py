@@ -197,8 +197,9 @@ class HomeSpec:
 
     At every state boundary the array's value lives in ``buffer`` on its owners: rank blocks
     grown from ``anchor`` (a kernel's blocks) until they cover the array. Map kernels read and
-    write the buffer in place with global indices (``accesses``), so each rank's buffer also
-    spans the ghost cells those kernels touch; its origin and shape are solved per rank and
+    write the buffer in place with global indices (``accesses``; library kernels read it where
+    their blocks are the home's own), so each rank's buffer also spans the ghost cells those
+    kernels touch; its origin and shape are solved per rank and
     passed as the symbols ``origin_syms`` / ``shape_syms``.
     """
     name: str

@@ -72,9 +72,9 @@ class BoundarySteps:
         ``distsdfg.layout`` tells the user to pass: every kernel uses the anchor's blocks
         (``exprs.same_rank_blocks``: no ghost cells) and the owned blocks contain them
         (``homes.owns_anchor_blocks``; not so for reads at a stride, ``A[2 * i]``, whose blocks
-        leave gaps, so that the owners get even rows). Otherwise the argument holds the owned block and the home buffer is filled from
-        it on entry (a local copy, or messages where the buffer reaches into other ranks' blocks)
-        and copied back on exit.
+        leave gaps, so that the owners get even rows). Otherwise the argument holds the owned
+        block and the home buffer is filled from it on entry (a local copy, or messages where the
+        buffer reaches into other ranks' blocks) and copied back on exit.
         """
         sdfg = self.sdfg
         # The renames in two batches of one walk of the SDFG each (``dace_compat.rename_data``):

@@ -63,6 +63,14 @@ class BoundarySteps:
     def boundary_layout(self, x: str) -> Layout:
         return Layout(x, f"{x} as passed", (), (), (), (), (), None, (), self.boundary[x])
 
+    def anchor_blocks(self, anchor: Layout, access: Layout) -> bool:
+        """Whether ``access`` gives every rank the anchor's block. The device code path stages only
+        transient homes to the GPU (``gpu.OffloadKernels``): there an argument stays the home buffer
+        only where every kernel names the anchor's very grid, rank symbols and boxes."""
+        if getattr(self, "device", False):
+            return (access.grid, access.rank_syms, access.boxes) == (anchor.grid, anchor.rank_syms, anchor.boxes)
+        return same_rank_blocks(anchor, access)
+
     def place_arguments(self):
         """Make each placed argument a per-rank block: its home's owned block, passed by the user.
 
@@ -93,7 +101,7 @@ class BoundarySteps:
             desc.transient = True
             self.touched.add(stand_ins[x])
             sizes = {str(s) for n in h.global_shape for s in dc.symbolic.pystr_to_symbolic(n).free_symbols}
-            if not h.accesses or (all(same_rank_blocks(h.anchor, a) for a in h.accesses)
+            if not h.accesses or (all(self.anchor_blocks(h.anchor, a) for a in h.accesses)
                                   and owns_anchor_blocks(h.anchor, sizes)):
                 # Kernels index the home only within the owned blocks: no ghost cells, no gaps.
                 homes[h.buffer] = x

@@ -51,9 +51,11 @@ __all__ = ["MachineRewriter", "loop_trips"]
 class MachineRewriter(HomePlanning, BoundarySteps, ReplicatedKernels, Rewriter):
     """``Rewriter`` for a state machine: per state, with homes and replicated arrays at boundaries."""
 
-    def __init__(self, sdfg: SDFG, *, viewed: set, views: Dict[str, str], placed: Set[str] = frozenset()):
+    def __init__(self, sdfg: SDFG, *, viewed: set, views: Dict[str, str], placed: Set[str] = frozenset(),
+                 device: bool = False):
         super().__init__(sdfg, linear=False, viewed=viewed, views=views)
         self.placed = set(placed)            # arguments in distributed placement (see lowering/placement.py)
+        self.device = device                 # the device code path (GPU buffers, or its emulation)
         self.boundary: Dict[str, str] = {}   # placed array -> the home whose owned blocks users pass
         self.homes: Dict[str, Home] = {}
         self.extra_homes: List[HomeSpec] = []

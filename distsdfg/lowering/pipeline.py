@@ -205,7 +205,8 @@ def lower_sdfg(sdfg: SDFG, schedule: Schedule, *, target: str = "cpu", placement
     if linear and not placed:
         rw = PartialRewriter(sdfg, linear=True, viewed=viewed, views=views)
     else:       # homes at state boundaries; placed arguments are homes the user passes
-        rw = MachineRewriter(sdfg, viewed=viewed, views=views, placed=placed)
+        rw = MachineRewriter(sdfg, viewed=viewed, views=views, placed=placed,
+                             device=(target, comm) != ("cpu", "host"))
     rw.run(segments, {kp.kernel.node: kp for kp in plans})
     dc.remove_unused_transients(sdfg, rw.touched)
     kgrids = []

@@ -299,22 +299,19 @@ class MachineRewriter(HomePlanning, BoundarySteps, ReplicatedKernels, Rewriter):
         buffer itself (global indices; the buffer spans the kernel's blocks); so does a library
         kernel that reads one (``library_reads_home``)."""
         if kp.kernel.kind != "map":
-            return arr in self.library_reads_home(kp)
+            return self.library_reads_home(kp, arr, c)
         return (arr in self.homes and arr not in self.views
                 and (c.write is None or (not c.partial and c.write_exact)))
 
-    def library_reads_home(self, kp: KernelPlan) -> Set[str]:
-        """The home arrays a library kernel split over every rank reads in place: those it only
-        reads, by their own name, in the home's own blocks (never more than a rank owns: a
-        transposed access would grow every buffer towards the whole array), while their home
-        holds their value. Such a kernel runs on its exact blocks (``exact_library``), so the
-        BLAS call or reduction reads the home buffer where the rank's block lies, instead of a
-        copy of the block."""
-        if not self.exact_library(kp) or getattr(self, "no_alias", False):
-            return set()
-        return {arr for arr, c in kp.arrays.items()
-                if c.write is None and arr in self.homes and arr not in self.views and self.has_home(arr)
-                and same_rank_blocks(self.homes[arr].anchor, self.kernel_layout(kp, "", c.reads, ""))}
+    def library_reads_home(self, kp: KernelPlan, arr: str, c: ArrayConstraint) -> bool:
+        """Whether a library kernel split over every rank reads the home array ``arr`` in place: it
+        only reads it, by its own name, in the home's own blocks (never more than a rank owns: a
+        transposed access would grow every buffer towards the whole array), while the home holds
+        its value. Such a kernel runs on its exact blocks (``exact_library``), so the BLAS call or
+        reduction reads the home buffer where the rank's block lies, instead of a copy of the block."""
+        return (self.exact_library(kp) and c.write is None and arr in self.homes and arr not in self.views
+                and self.has_home(arr)
+                and same_rank_blocks(self.homes[arr].anchor, self.kernel_layout(kp, "", c.reads, "")))
 
     def exact_library(self, kp: KernelPlan) -> bool:
         """Library kernels split over every rank run on their exact blocks, in buffers indexed as map

@@ -135,3 +135,74 @@ def test_correlation_triangle_lowers_for_its_planned_schedule():
     distsdfg.lower(sd, "auto", nprocs=4, plan_options=dict(TN=12, TM=10))     # DaCe validates the result
     from distsdfg.solver.solve import lowered_of
     assert any(any(g > 1 for g in grid) for grid in lowered_of(sd).schedule.as_dict().values())
+
+
+def _loop_map(sd, var):
+    import dace
+    for st in sd.states():
+        for n in st.nodes():
+            if isinstance(n, dace.nodes.MapEntry) and tuple(n.map.params) == (var,) and st.entry_node(n) is None:
+                return st, n
+    raise AssertionError(f"no map over {var}")
+
+
+def test_body_work_counts_a_triangular_body_by_its_heavy_end():
+    from distsdfg.analysis.work import body_work
+    sd = _sdfg("tri_syrk")
+    independent_loops_to_maps(sd)
+    st, entry = _loop_map(sd, "i")
+    work = body_work(st, entry, dict(TN=20, TM=12))
+    assert work.labels == ("i",)
+    # row i: i + 1 scalings, then TM times i + 1 products and sums (several tasklets each)
+    whole, halves = work.block({"i": 20}, {"i": 1}), work.block({"i": 20}, {"i": 2})
+    assert whole >= 20 * 12 * 10
+    assert 0.5 * whole < halves < whole         # the later rows are the longer ones
+    assert float(work.expr.subs("i", 19)) > float(work.expr.subs("i", 0))
+
+
+def test_time_model_prices_a_loop_body_beyond_its_bytes():
+    from distsdfg.analysis.eingraph import build_graph
+    from distsdfg.planner.timemodel import TimeModel
+    sd = _sdfg("tri_syrk")
+    g = build_graph(sd, TN=400, TM=300)
+    v = next(v for v in g.vertices if v.labels == ("i",))
+    assert v.work is not None
+    model = TimeModel()
+    bytes_only = model.rates.stream_seconds(sum(o.size * o.itemsize for o in v.inputs + v.outputs))
+    whole, split = model.compute(v, {"i": 1}), model.compute(v, {"i": 2})
+    assert whole > 10 * bytes_only
+    assert 0.5 * whole < split < whole
+
+
+def test_kernels_of_loops_turned_into_maps_repeat_with_the_enclosing_loop():
+    import dace
+    from distsdfg.analysis.eingraph import build_graph
+    RN, RT = dace.symbol("RN"), dace.symbol("RT")
+
+    @dace.program
+    def steps_of_rows(A: dace.float64[RN, RN], B: dace.float64[RN, RN]):
+        for t in range(RT):
+            for i in range(RN):
+                B[i, :i + 1] += 0.5 * A[i, :i + 1]
+            for i in range(RN):
+                A[i, :i + 1] += 0.5 * B[i, :i + 1]
+
+    warnings.simplefilter("ignore")
+    with distsdfg.numpy_semantics():
+        sd = steps_of_rows.to_sdfg()
+    g = build_graph(sd, RN=16, RT=7)
+    rows = [v for v in g.vertices if v.labels == ("i",) and v.label.startswith("single_state")]
+    # the second loop reuses `i`, assigned again before anything reads it: it is independent too
+    assert rows and all(v.repeats == 7 for v in rows)
+
+
+def test_one_thread_builds_enter_no_parallel_region():
+    import dace
+    sd = _sdfg("tri_syrk")
+    independent_loops_to_maps(sd)
+    maps = [n for n, _ in sd.all_nodes_recursive() if isinstance(n, dace.nodes.MapEntry)]
+    assert dc.sequential_maps(sd) == len(maps) > 1
+    assert all(m.map.schedule == dace.ScheduleType.Sequential for m in maps)
+    maps[0].map.schedule = dace.ScheduleType.GPU_Device      # a GPU program is left as it is
+    maps[1].map.schedule = dace.ScheduleType.CPU_Multicore
+    assert dc.sequential_maps(sd) == 0 and maps[1].map.schedule == dace.ScheduleType.CPU_Multicore

@@ -32,6 +32,14 @@ def jacobi(A: dace.float64[N, N], B: dace.float64[N, N]):
 
 
 @dace.program
+def triangular(C: dace.float64[N, N], A: dace.float64[N, M]):
+    for i in range(N):
+        C[i, :i + 1] *= 0.5
+        for k in range(M):
+            C[i, :i + 1] += A[i, k] * A[:i + 1, k]
+
+
+@dace.program
 def mlp(x: dace.float64[M, K], w: dace.float64[K, N]):
     h = np.maximum(x @ w, 0.0)
     return np.sum(h, axis=1)
@@ -69,7 +77,18 @@ def test_one_rank_is_the_program_as_dace_optimises_it(whole_on):
         r.bytes_sent == 0 for r in distsdfg.comm_report(sdfg, N=40, TSTEPS=5))
 
 
-@pytest.mark.parametrize("prog", ["chain", "jacobi", "converge", "mlp"])
+def test_one_rank_turns_independent_triangular_loops_into_maps(whole_on):
+    """DaCe's LoopToMap refuses a loop whose inner ranges depend on its variable; the whole program
+    turns it with distsdfg's test (``analysis.loopmaps``), so its inner maps enter no parallel region
+    per iteration (about 0.4 us each, even on one thread)."""
+    sdfg = triangular.to_sdfg()
+    distsdfg.lower(sdfg, "auto", nprocs=1, plan_options=dict(N=30, M=20))
+    top = [n for st in sdfg.states() for n in st.nodes() if isinstance(n, dace.nodes.MapEntry)
+           and st.entry_node(n) is None]
+    assert [tuple(m.map.params) for m in top] == [("i",)]
+
+
+@pytest.mark.parametrize("prog", ["chain", "jacobi", "converge", "mlp", "triangular"])
 def test_one_rank_whole_against_numpy(whole_on, prog):
     rng = np.random.default_rng(5)
     if prog == "chain":
@@ -93,6 +112,14 @@ def test_one_rank_whole_against_numpy(whole_on, prog):
         want = heat_while_np(t, 1e-4, 50)
         sdfg = heat_while.to_sdfg()
         call = dict(T=T, tol=1e-4, max_steps=50)
+    elif prog == "triangular":
+        C, A = rng.random((30, 30)), rng.random((30, 20))
+        want = C.copy()
+        for i in range(30):
+            want[i, :i + 1] *= 0.5
+            want[i, :i + 1] += A[:i + 1] @ A[i]
+        sdfg = triangular.to_sdfg()
+        call = dict(C=C, A=A)
     else:
         x, w = rng.random((20, 30)), rng.random((30, 10))
         sdfg = mlp.to_sdfg()
@@ -107,6 +134,8 @@ def test_one_rank_whole_against_numpy(whole_on, prog):
     elif prog == "converge":
         np.testing.assert_array_equal(np.asarray(got).reshape(-1), want)
         np.testing.assert_allclose(call["T"], t, rtol=1e-12)
+    elif prog == "triangular":
+        np.testing.assert_allclose(call["C"], want, rtol=1e-12)
     else:
         np.testing.assert_allclose(got, want, rtol=1e-12)
     progs = list(fn.programs.values()) if hasattr(fn, "programs") else [fn]     # planned at the first call

@@ -24,6 +24,7 @@ from .controlflow import loop_trips
 from ..values.plan import evaluate, given_values
 from ..values.modes import KernelKind
 from .tiling import iterations, rough_work
+from .work import BodyWork, body_work
 
 __all__ = ["Operand", "Vertex", "Edge", "EinGraph", "build_graph"]
 
@@ -58,6 +59,7 @@ class Vertex:
     repeats: int = 1                      # runs per program call (inside a loop: its trip count)
     unsplit: Tuple[str, ...] = ()         # labels a plain write does not index (splitting them is refused)
     source: str = ""                      # the user's line that made the kernel (``dace_compat.source``)
+    work: Optional[BodyWork] = None       # a map body's loops and inner maps (``work.body_work``)
 
     @property
     def agg(self) -> Tuple[str, ...]:
@@ -154,9 +156,9 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
     if normalise(sdfg, dry_run=True):
         sdfg = copy.deepcopy(sdfg)
     values = given_values(sdfg, sizes, "planning")
-    trips = _trips(sdfg, values)
     # Kernels that depend on loop variables run whole on rank 0: nothing to choose for them.
     kernels = [k for k in find_kernels(sdfg) if k.kind != KernelKind.OPAQUE and not k.runtime_symbols]
+    trips = _trips(sdfg, values)          # after find_kernels: the loops it turns into maps make new states
     views = dc.reshape_views(sdfg)        # after find_kernels: its rewrites add reshape views
     root = lambda a: views.get(a, a)  # noqa: E731
     order = {}
@@ -202,8 +204,12 @@ def build_graph(sdfg: SDFG, **sizes) -> EinGraph:
             even = tuple(p for p in params if p not in used)
         constant = k.kind == KernelKind.MAP and not ins and dc.constant_map_value(k.state, k.node) is not None
         unsplit = tuple(p for p in params if p in unreduced_params(driver))
+        work = None
+        if k.kind == KernelKind.MAP and len(k.maps) == 1:
+            work = body_work(k.state, k.node, values)
+            work = None if work.expr == 1 else work
         vertices.append(Vertex(len(vertices), driver.info.key, k.label, k.kind, params, bounds, ins, outs, partial,
-                               acc, even, constant, trips.get(k.state, 1), unsplit, driver.info.source))
+                               acc, even, constant, trips.get(k.state, 1), unsplit, driver.info.source, work))
 
     edges: List[Edge] = []
     holder: Dict[str, Tuple[int, str, bool]] = {}    # root array -> (vertex, its name there, via input)

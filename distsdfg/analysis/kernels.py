@@ -167,12 +167,14 @@ def _runtime_symbols(k: Kernel, defined: set) -> Tuple[str, ...]:
     memlets = [e.data for e in k.state.in_edges(k.node)]
     out_node = k.state.exit_node(k.node) if isinstance(k.node, nodes.MapEntry) else k.node
     memlets += [e.data for e in k.state.out_edges(out_node)]
-    for m in k.maps:
-        used |= {str(s) for s in m.info.ranges.free_symbols}
-        memlets += [x for a in m.accesses.values() for x in a.reads + a.writes]
     for x in memlets:
         if not x.is_empty() and x.subset is not None:
             used |= {str(s) for s in x.subset.free_symbols}
+    for m in k.maps:     # inside a map its parameters are its own (a loop elsewhere may use the name)
+        used |= {str(s) for s in m.info.ranges.free_symbols}
+        for x in (x for a in m.accesses.values() for x in a.reads + a.writes):
+            if not x.is_empty() and x.subset is not None:
+                used |= {str(s) for s in x.subset.free_symbols} - set(m.info.params)
     return tuple(sorted(used & defined))
 
 

@@ -134,16 +134,29 @@ def assigned_before(sdfg: SDFG, body: List[SDFGState], upto: SDFGState) -> Set[s
 
 
 def _used_after(sdfg: SDFG, body: Set[SDFGState], guard, names: Set[str]) -> bool:
-    for st in sdfg.nodes():
-        if st in body or st is guard:
+    """Whether a state or an interstate edge after the loop reads one of ``names`` before assigning
+    it: a later loop that reuses the variable (``for i in range(N)`` twice, or inside a time loop)
+    assigns it first and does not count. Without a guard state, any read anywhere else counts."""
+    if guard is None:
+        for st in sdfg.nodes():
+            if st not in body and names & {str(s) for s in st.free_symbols}:
+                return True
+        return any(e.src not in body and names & {str(s) for s in e.data.read_symbols()} for e in sdfg.edges())
+    # (the guard's exit edges are the loop's own: their condition reads the variable)
+    todo = [(e, frozenset(names), True) for e in sdfg.out_edges(guard) if e.dst not in body]
+    seen = set()
+    while todo:
+        e, live, own = todo.pop()
+        if not own and live & {str(s) for s in e.data.read_symbols()}:
+            return True
+        live = live - set(e.data.assignments)
+        st = e.dst
+        if not live or (st, live) in seen:
             continue
-        if names & {str(s) for s in st.free_symbols}:
-            return True
-    for e in sdfg.edges():
-        if e.src in body or e.src is guard or e.dst is guard:
-            continue                     # the loop's own increment, condition and initialisation
-        if names & {str(s) for s in e.data.read_symbols()}:
-            return True
+        seen.add((st, live))
+        if st in body or st is guard or live & {str(s) for s in st.free_symbols}:
+            return True         # (the loop entered again without its initialisation: conservatively a use)
+        todo.extend((o, live, False) for o in sdfg.out_edges(st))
     return False
 
 

@@ -24,7 +24,7 @@ from .build import (BUILD_TYPE, SEQ_REDUCE, ExpandReduceSequentialByValue, allow
                     cxx_compiler,
                     ensure_mpi_on_path, fresh_return_arrays, from_json, generate_code, load_compiled,
                     mkl_link_library, mpi_bin_dir, order_return_arrays, reinitialise, release_build,
-                    sequential_reduce, structure_fingerprint, to_json, use_blas_implementation, use_openblas_environment,
+                    sequential_maps, sequential_reduce, structure_fingerprint, to_json, use_blas_implementation, use_openblas_environment,
                     openblas_environment, write_program_folder,
                     write_program_json)
 from .expansions import force_pure_expansion, repair_init_accumulate_races, standalone_expansion

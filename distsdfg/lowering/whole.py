@@ -61,8 +61,10 @@ def prefuse_applies(nprocs: int, target: str, optimize) -> bool:
 def _optimize(sdfg: SDFG) -> None:
     from . import blas
     from .optimize import fast_reductions
+    from ..analysis.loopmaps import independent_loops_to_maps
     info = blas.info()
     dc.repair_init_accumulate_races(sdfg)
+    independent_loops_to_maps(sdfg)      # triangular loops DaCe's own LoopToMap refuses
     dc.auto_optimize_cpu(sdfg, blas=info.implementation if info.optimized else None,
                          before_expansion=fast_reductions)
     from .optimize import contractions_to_products, nonatomic_accumulations

@@ -169,7 +169,12 @@ class TimeModel(CostModel):
         if c is not None:
             batch, m, n, k = (math.prod(blk[l] for l in ls) for ls in c)
             return self.rates.gemm_seconds(m, n, k, batch, v.outputs[0].itemsize)
-        return self.rates.stream_seconds(sum(block_size(o, split) * o.itemsize for o in v.inputs + v.outputs))
+        sec = self.rates.stream_seconds(sum(block_size(o, split) * o.itemsize for o in v.inputs + v.outputs))
+        if v.work is not None:       # loops and maps in the body: one element's time per innermost execution
+            item = max((o.itemsize for o in v.inputs + v.outputs), default=8)
+            execs = v.work.block(dict(zip(v.labels, v.bounds)), {l: split.get(l, 1) for l in v.labels})
+            sec = max(sec, self.rates.stream_seconds(execs * item))
+        return sec
 
     def vertex(self, g, v, split):
         r, p = self.rates, _ranks(v, split)

@@ -8,6 +8,7 @@ import contextlib
 import os
 import sys
 import time
+from typing import Optional
 
 from dace.sdfg import SDFG
 
@@ -104,7 +105,8 @@ def _in_cache(folder: str) -> bool:
 
 
 @with_numpy_semantics
-def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False, trace: bool = False):
+def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False, trace: bool = False,
+          threads: Optional[int] = None):
     """Compile ``sdfg`` unless its build folder already holds this exact build; returns (compiled, folder)
     and sets ``sdfg.build_folder`` to the folder.
 
@@ -112,6 +114,8 @@ def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False, trace: bo
     on the next run rather than loaded half-made; builders of one folder take turns (``build_lock``).
     After a compile, the least recently used builds are evicted down to the cache's cap (``cache.evict``).
     ``trace``: built with the trace recorder around every kernel and step (``dace_compat.trace``).
+    ``threads``: the OpenMP threads each rank runs; with 1, the CPU maps are plain loops
+    (``dace_compat.sequential_maps``: no parallel region to enter, in loops or out of them).
     """
     t0 = time.time()
     base = place_build(sdfg)
@@ -120,16 +124,24 @@ def build(sdfg: SDFG, *, verbose: bool = False, rebuild: bool = False, trace: bo
             with build_settings(base):
                 compiled, folder = _build(sdfg, base, verbose, rebuild, t0, trace)
         else:
-            compiled, folder = _build(sdfg, base, verbose, rebuild, t0, trace)
+            compiled, folder = _build(sdfg, base, verbose, rebuild, t0, trace, one_thread=threads == 1)
     if trace:
         remove_report_folder(folder)
     sdfg.build_folder = folder
     return compiled, folder
 
 
-def _build(sdfg: SDFG, folder: str, verbose: bool, rebuild: bool, t0: float, trace: bool = False):
+def _build(sdfg: SDFG, folder: str, verbose: bool, rebuild: bool, t0: float, trace: bool = False,
+           one_thread: bool = False):
     blas.check_program(sdfg)
     wrap = packing(sdfg, keep=(PLAN_LEN,))      # per-rank symbols in one array, above a threshold
+    if one_thread:
+        packed = wrap
+
+        def wrap(program):
+            program = packed(program) if packed else program
+            dc.sequential_maps(program)
+            return program
     if trace:       # library kernels expanded first, so that what replaces them records the events
         pack = wrap
         wrap = lambda program: expand_marked(pack(program) if pack else program, is_step)  # noqa: E731

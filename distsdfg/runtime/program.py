@@ -466,7 +466,8 @@ def compile_distributed(sdfg: SDFG, *, comm=None, verbose: Optional[bool] = None
         try:
             with progress.phase(f"{lowered_of(sdfg).original_name}: compile ({kernels} kernel"
                                 f"{'s' if kernels != 1 else ''})", verbose=False if verbose else shown):
-                compiled, folder = build(sdfg, verbose=verbose, rebuild=rebuild, trace=bool(trace))
+                compiled, folder = build(sdfg, verbose=verbose, rebuild=rebuild, trace=bool(trace),
+                                         threads=threads)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
     # Every rank plans from rank 0's lowering: the binary was built from it.

@@ -49,6 +49,10 @@ DACE2_GAPS = {
     "test_loopmaps.py::test_generality_report_classifies_without_compiling": _LOOPS,
     "test_loopmaps.py::test_nested_body_takes_the_local_buffers_strides": _LOOPS,
     "test_loopmaps.py::test_body_writing_an_outer_loops_row_is_not_an_exact_write": _LOOPS,
+    "test_loopmaps.py::test_body_work_counts_a_triangular_body_by_its_heavy_end": _LOOPS,
+    "test_loopmaps.py::test_time_model_prices_a_loop_body_beyond_its_bytes": _LOOPS,
+    "test_loopmaps.py::test_kernels_of_loops_turned_into_maps_repeat_with_the_enclosing_loop": _LOOPS,
+    "test_loopmaps.py::test_one_thread_builds_enter_no_parallel_region": _LOOPS,
 }
 
 

@@ -69,6 +69,24 @@ def column_products(float_n: dace.float64, data: dace.float64[NV, MV]):
     return cov
 
 
+TN = dace.symbol("TN")
+
+
+@dace.program
+def forward_substitution(L: dace.float64[TN, TN], x: dace.float64[TN], b: dace.float64[TN]):
+    for i in range(TN):
+        x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
+
+
+def test_scalars_of_a_program_split_nowhere_stay_on_rank_0():
+    # Every kernel of a triangular solve depends on the loop variable and runs on rank 0; the dot
+    # product's one-element result used to go to every rank each iteration (N messages a call).
+    sdfg = forward_substitution.to_sdfg()
+    distsdfg.lower(sdfg, "auto", nprocs=2, placement="distributed", plan_options=dict(TN=40))
+    steps = distsdfg.comm_report(sdfg, nprocs=2, TN=40)
+    assert all(str(s.repeats) == "1" for s in steps), steps
+
+
 def test_arrays_a_loop_on_rank_0_uses_stay_at_root():
     # ``data[:, i]`` in a loop is a view the lowering keeps whole on rank 0, and the loop writes rows
     # and columns of the result there: "distributed" passes both whole at rank 0, and no step runs in

@@ -53,6 +53,8 @@ class HomePlanning:
                  trips: Dict[SDFGState, Tuple[str, bool]]):
         arrays = self.sdfg.arrays
         for name, desc in arrays.items():
+            if desc.transient and self.most == 1:
+                continue      # no kernel runs on other ranks: rank 0 keeps it (conditions: end_state)
             if (not isinstance(desc, (dt.View, dt.Scalar)) and name not in self.viewed and name not in self.views
                     and self._size_one(name)):
                 self.repl.add(name)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Sequence
 
 import sympy
 from dace import symbolic
@@ -110,7 +110,7 @@ def body_work(state: SDFGState, entry: nodes.MapEntry, values: Dict[str, int]) -
     one = BodyWork(sympy.Integer(1), params)
     try:
         expr = sympy.sympify(_scope_work(state, entry, state.scope_children()))
-        plain = {k: v for k, v in values.items()}
+        plain = values
 
         def concrete(x):
             e = symbolic.pystr_to_symbolic(str(x))
